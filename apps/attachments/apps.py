@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AttachmentsConfig(AppConfig):
+    name = "apps.attachments"
+    label = "attachments"

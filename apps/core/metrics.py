@@ -1,0 +1,46 @@
+"""Prometheus metrics (D9). One registry per process, or the multiprocess directory when
+PROMETHEUS_MULTIPROC_DIR is set (gunicorn with several workers), so /metrics shows the whole server."""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess
+
+REQUEST_LATENCY = Histogram(
+    "http_request_duration_seconds",
+    "HTTP request latency by route.",
+    ["method", "route", "status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+POLICY_DECISIONS = Counter(
+    "policy_decisions_total", "Memory policy evaluations by policy and outcome.", ["policy", "outcome"]
+)
+POLICY_LATENCY = Histogram(
+    "policy_evaluation_seconds",
+    "Policy evaluation latency.",
+    ["policy"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
+)
+INDEXER_BACKLOG = Gauge(
+    "memory_indexer_backlog", "Memory versions waiting to be embedded.", multiprocess_mode="livemax"
+)
+INDEXER_LAG = Gauge(
+    "memory_indexer_lag_seconds", "Age of the oldest memory version waiting to be embedded.", multiprocess_mode="livemax"
+)
+SSE_CONNECTIONS = Gauge("sse_connections", "Open server-sent-event streams.", multiprocess_mode="livesum")
+
+
+def observe_request(method: str, route: str, status: int, seconds: float) -> None:
+    REQUEST_LATENCY.labels(method, route, str(status)).observe(seconds)
+
+
+def render() -> bytes:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    from prometheus_client import REGISTRY
+
+    return generate_latest(REGISTRY)

@@ -1,0 +1,103 @@
+"""Request-wide concerns that run before any view: request id, access log, latency metrics, body size."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+from apps.core import errors, metrics
+from apps.core.logging import reset_request_id, set_request_id
+
+access_log = logging.getLogger("apps.access")
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+class RequestContextMiddleware:
+    """Assigns the request id (echoing a well-formed caller one), logs one line per request, records latency.
+
+    The access log carries method, route, status and duration: never headers, query strings or bodies, which can
+    hold tokens, API keys and memory values.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        supplied = request.headers.get("X-Request-ID", "")
+        request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
+        request.request_id = request_id
+        token = set_request_id(request_id)
+        started = time.perf_counter()
+        try:
+            response = self.get_response(request)
+            response["X-Request-ID"] = request_id
+            elapsed = time.perf_counter() - started
+            route = _route_of(request)
+            metrics.observe_request(request.method, route, response.status_code, elapsed)
+            access_log.info(
+                "request",
+                extra={
+                    "method": request.method,
+                    "route": route,
+                    "status": response.status_code,
+                    "duration_ms": round(elapsed * 1000, 2),
+                },
+            )
+            return response
+        finally:
+            reset_request_id(token)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        """Exceptions outside DRF views: JSON too, even with DEBUG on (never Django's HTML debug page)."""
+        error = errors.from_exception(exception)
+        if error is None:
+            access_log.exception("unhandled error")
+            error = errors.ApiError(500, "Internal server error.")
+        return errors.error_response(error)
+
+
+def _route_of(request: HttpRequest) -> str:
+    """The URL pattern, not the path: bounded metric cardinality, and no ids or names in logs."""
+    match = getattr(request, "resolver_match", None)
+    if match is None or not match.route or match.url_name == "unmatched":
+        return "unmatched"
+    return "/" + match.route.lstrip("^").rstrip("$")
+
+
+class BodySizeLimitMiddleware:
+    """Refuses bodies larger than REQUEST_MAX_BODY_BYTES with 413 before anything reads them.
+
+    DRF's parsers read the raw stream (Django's DATA_UPLOAD_MAX_MEMORY_SIZE only guards ``request.body``), so the
+    limit is enforced here from Content-Length; a chunked body without one is capped by a bounded read.
+    Paths in ``exempt_prefixes`` (uploads) enforce their own limit while streaming.
+    """
+
+    exempt_prefixes = ("/v1/attachments",)
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method in ("POST", "PUT", "PATCH", "DELETE") and not request.path.startswith(self.exempt_prefixes):
+            limit = settings.REQUEST_MAX_BODY_BYTES
+            length = request.META.get("CONTENT_LENGTH")
+            if length:
+                try:
+                    too_big = int(length) > limit
+                except ValueError:
+                    return errors.error_response(errors.validation_error({"Content-Length": "must be an integer"}))
+                if too_big:
+                    return errors.error_response(errors.payload_too_large(f"Request body exceeds {limit} bytes."))
+            elif request.META.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked":
+                data = request.read(limit + 1)
+                if len(data) > limit:
+                    return errors.error_response(errors.payload_too_large(f"Request body exceeds {limit} bytes."))
+                request._body = data  # parsers read the already-consumed body from here
+        return self.get_response(request)

