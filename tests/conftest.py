@@ -3,10 +3,24 @@ real embedded PostgreSQL with pgvector; the session stops the embedded servers i
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from urllib.parse import urlencode
+
+import jwt
 import pytest
+from django.conf import settings
 from rest_framework.test import APIClient
 
 from config import embedded_services
+
+# The key seeded from API_KEYS in config/settings/test.py; its client is "test-client".
+TEST_API_KEY = "test-api-key-0123456789"
+TEST_API_CLIENT = "test-client"
+
+# Tokens minted per (user, roles, issuer, key) for the whole session: signing RSA per request would dominate runtime.
+_token_cache: dict[tuple[Any, ...], tuple[str, int]] = {}
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -16,5 +30,83 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 @pytest.fixture
 def api() -> APIClient:
-    """An anonymous client; see ``client_for`` in tests/core/conftest.py for authenticated ones."""
+    """An anonymous client; see ``client_for`` for authenticated ones."""
     return APIClient()
+
+
+def _mint(
+    username: str = "alice",
+    *,
+    roles: Sequence[str] | None = None,
+    claims: dict[str, Any] | None = None,
+    drop: Iterable[str] = (),
+    headers: dict[str, Any] | None = None,
+    key: Any = None,
+    algorithm: str = "RS256",
+) -> str:
+    from apps.core.auth.dev_idp import issuer, keys, users
+
+    if roles is None:
+        dev_user = users.load_users().get(username)
+        roles = dev_user.roles if dev_user else ("user",)
+    payload = issuer.access_token_claims(username, roles)
+    payload.update(claims or {})
+    for name in drop:
+        payload.pop(name, None)
+    signing = keys.signing_key()
+    header = {"kid": signing.kid, **(headers or {})}
+    return jwt.encode(payload, key if key is not None else signing.private_key, algorithm=algorithm, headers=header)
+
+
+@pytest.fixture
+def mint_token() -> Callable[..., str]:
+    """``mint_token(username="alice", *, roles=None, claims=None, drop=(), headers=None, key=None,
+    algorithm="RS256") -> str``: a token signed in-process with the dev IdP key (or ``key``), shaped like the dev
+    IdP's. ``roles`` defaults to the dev user's roles (``("user",)`` for unknown names); ``claims`` overrides or adds
+    claims (e.g. ``{"exp": 0}``, ``{"iss": "https://evil"}``); ``drop`` removes claims; ``headers`` adds or
+    overrides JOSE headers (``kid``)."""
+    return _mint
+
+
+@pytest.fixture
+def token(api: APIClient) -> Callable[..., str]:
+    """``token(username="alice") -> str``: an access token from the real POST /dev-idp/token password grant."""
+    from apps.core.auth.dev_idp import users
+
+    def get(username: str = "alice") -> str:
+        form = {
+            "grant_type": "password",
+            "client_id": settings.DEV_IDP_CLIENT_ID,
+            "client_secret": settings.DEV_IDP_CLIENT_SECRET,
+            "username": username,
+            "password": users.load_users()[username].password,
+        }
+        response = api.post("/dev-idp/token", urlencode(form), content_type="application/x-www-form-urlencoded")
+        assert response.status_code == 200, response.content
+        return response.json()["access_token"]
+
+    return get
+
+
+@pytest.fixture
+def client_for() -> Callable[..., APIClient]:
+    """``client_for(username, *, api_key=None, roles=None) -> APIClient`` with ``Authorization: Bearer`` set (and
+    ``X-API-Key`` when ``api_key`` is given; ``TEST_API_KEY`` is the seeded one). Tokens are minted in-process and
+    cached per user for the session. Dev users: alice (user, admin), bob and charlie (user); any other name gets
+    roles ``("user",)`` unless ``roles`` says otherwise."""
+    from apps.core.auth.dev_idp import keys
+
+    def make(username: str, *, api_key: str | None = None, roles: Sequence[str] | None = None) -> APIClient:
+        cache_key = (username, None if roles is None else tuple(roles), settings.DEV_IDP_ISSUER, keys.signing_key().kid)
+        cached = _token_cache.get(cache_key)
+        if cached is None or cached[1] - time.time() < 300:
+            cached = _mint(username, roles=roles), int(time.time()) + settings.DEV_IDP_TOKEN_LIFETIME_SECONDS
+            _token_cache[cache_key] = cached
+        client = APIClient()
+        credentials = {"HTTP_AUTHORIZATION": f"Bearer {cached[0]}"}
+        if api_key is not None:
+            credentials["HTTP_X_API_KEY"] = api_key
+        client.credentials(**credentials)
+        return client
+
+    return make
