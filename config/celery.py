@@ -3,9 +3,25 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
 
 app = Celery("memory_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_ready.connect
+def _check_configuration(**_kwargs) -> None:
+    from apps.core import startup
+
+    startup.check_or_die()
+
+
+@worker_process_init.connect
+def _warm_up(**_kwargs) -> None:
+    # After the prefork: each child loads its own model (torch is not fork-safe once initialised).
+    from apps.core import startup
+
+    startup.warm_up_embedder()

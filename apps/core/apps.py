@@ -7,7 +7,8 @@ class CoreConfig(AppConfig):
     verbose_name = "Core: credentials and service settings"
 
     def ready(self) -> None:
-        from apps.core import readiness
+        from apps.core import policy, readiness
 
         readiness.register("database", readiness.check_database)
         readiness.register("redis", readiness.check_redis)
+        readiness.register("policy_engine", policy.check)

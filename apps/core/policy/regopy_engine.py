@@ -1,0 +1,218 @@
+"""In-process Rego evaluation through regopy (rego-cpp), the default engine (POLICY_ENGINE=embedded).
+
+Loading: authz.rego, attributes.rego and filter.rego come from the policy directory, each falling back to the built-in
+file of the same name (BUILTIN_POLICY_DIR, the repository's policies/) when missing. The three modules compile
+together into one bundle with one entrypoint per rule, so a policy may use helpers from another file.
+
+Threads: a regopy ``Interpreter`` holds the current input as mutable state and its ctypes calls release the GIL, so
+one interpreter cannot serve two threads. Each thread therefore keeps its own interpreter, and its own bundle built
+from the shared, already validated sources: rego-cpp does not document bundles as safe for concurrent queries, and a
+few milliseconds of compilation once per thread and policy version buys not having to rely on it.
+
+Reloading: at most once per ``reload_interval`` seconds the files' (path, mtime, size) are compared with the loaded
+ones; on a change the sources are re-read and compiled. A failed compilation keeps the previous policies and logs an
+error (once per change of the files).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from apps.core.native import preload_before_regopy
+
+preload_before_regopy()
+import regopy  # noqa: E402
+
+from apps.core.policy import _rego_io  # noqa: E402
+from apps.core.policy.engine import (  # noqa: E402
+    AUTHZ,
+    ENTRYPOINTS,
+    POLICY_FILES,
+    UNDEFINED,
+    PolicyCompileError,
+    PolicyEngine,
+    PolicyEvaluationError,
+)
+
+logger = logging.getLogger(__name__)
+
+_Signature = tuple[tuple[str, int, int], ...]
+_generation_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class _Generation:
+    """One loaded set of policy sources, already proven to compile."""
+
+    id: int
+    sources: tuple[tuple[str, str], ...]  # (path, text) per policy file
+    signature: _Signature
+
+
+def _quiet_interpreter() -> regopy.Interpreter:
+    # rego-cpp prints its own error report to stdout by default; ours goes through logging and the exception.
+    interpreter = regopy.Interpreter()
+    interpreter.log_level = regopy.LogLevel.NONE
+    return interpreter
+
+
+def _compile(sources: tuple[tuple[str, str], ...]) -> tuple[regopy.Interpreter, regopy.Bundle]:
+    builder = _quiet_interpreter()
+    try:
+        for path, text in sources:
+            builder.add_module(path, text)
+        bundle = builder.build(None, list(ENTRYPOINTS.values()))
+    except regopy.RegoError as exc:
+        raise PolicyCompileError(f"memory policies do not compile: {_describe(exc, sources)}") from None
+    if not bundle.ok():
+        raise PolicyCompileError("memory policies do not compile (rego-cpp reported a failed build)")
+    # The builder stays referenced with its bundle: the bundle is not documented to outlive its interpreter.
+    return builder, bundle
+
+
+# rego-cpp reports errors as an s-expression: (error <n>:<file>|<byte offset>|<length> (errormsg <n>:<message>) ...)
+_ERROR_RE = re.compile(r"\(error \d+:(?P<file>[^|]*)\|(?P<offset>\d+)\|\d+\s+\(errormsg \d+:(?P<message>[^)]*)\)")
+
+
+def _describe(exc: regopy.RegoError, sources: tuple[tuple[str, str], ...]) -> str:
+    """'file:line:col: message; ...' from a RegoError, so an operator sees where the policy is wrong."""
+    texts = dict(sources)
+    found = []
+    for match in _ERROR_RE.finditer(str(exc)):
+        where = match["file"]
+        if where in texts:
+            before = texts[where].encode("utf-8")[: int(match["offset"])]
+            line = before.count(b"\n") + 1
+            column = len(before) - (before.rfind(b"\n") + 1) + 1
+            where = f"{where}:{line}:{column}"
+        found.append(f"{where}: {match['message']}")
+    return "; ".join(found) if found else str(exc).strip()
+
+
+class _ThreadState(threading.local):
+    generation_id: int = 0
+    builder: regopy.Interpreter | None = None
+    bundle: regopy.Bundle | None = None
+    interpreter: regopy.Interpreter | None = None
+
+
+class RegopyEngine(PolicyEngine):
+    name = "embedded"
+
+    def __init__(self, policy_dir: str | Path | None, builtin_dir: str | Path, reload_interval: float = 1.0) -> None:
+        self.policy_dir = Path(policy_dir) if policy_dir else None
+        self.builtin_dir = Path(builtin_dir)
+        self.reload_interval = reload_interval
+        self._generation: _Generation | None = None
+        self._reload_lock = threading.Lock()
+        self._next_check = 0.0
+        self._failed_signature: _Signature | None = None
+        self._local = _ThreadState()
+
+    # --- loading ------------------------------------------------------------------------------------------------
+
+    def files(self) -> list[Path]:
+        """The file used for each policy: the directory's when present, else the built-in one."""
+        chosen = []
+        for name in POLICY_FILES:
+            custom = self.policy_dir / name if self.policy_dir else None
+            chosen.append(custom if custom is not None and custom.is_file() else self.builtin_dir / name)
+        return chosen
+
+    def _signature(self) -> _Signature:
+        signature = []
+        for path in self.files():
+            stat = path.stat()
+            signature.append((str(path), stat.st_mtime_ns, stat.st_size))
+        return tuple(signature)
+
+    def _read(self) -> _Generation:
+        signature = self._signature()
+        sources = tuple((path, Path(path).read_text(encoding="utf-8")) for path, _, _ in signature)
+        return _Generation(next(_generation_ids), sources, signature)
+
+    def load(self) -> None:
+        """Compile now; PolicyCompileError (an ImproperlyConfigured) names the files and the compiler's message."""
+        if self.policy_dir is not None and not self.policy_dir.is_dir():
+            raise PolicyCompileError(
+                f"policy directory {self.policy_dir} (SERVICE_POLICY_DIR / --policy-dir) does not exist"
+            )
+        try:
+            generation = self._read()
+        except OSError as exc:
+            raise PolicyCompileError(f"cannot read memory policies: {exc}") from None
+        try:
+            _compile(generation.sources)
+        except PolicyCompileError as exc:
+            files = ", ".join(path for path, _ in generation.sources)
+            raise PolicyCompileError(f"{exc} (files: {files})") from None
+        self._generation = generation
+        self._next_check = time.monotonic() + self.reload_interval
+        logger.info("memory policies loaded", extra={"policy_files": [path for path, _ in generation.sources]})
+
+    def _maybe_reload(self) -> None:
+        if time.monotonic() < self._next_check or not self._reload_lock.acquire(blocking=False):
+            return  # checked recently, or another thread is checking right now
+        try:
+            self._next_check = time.monotonic() + self.reload_interval
+            try:
+                signature = self._signature()
+            except OSError as exc:
+                logger.error("memory policy files cannot be read; keeping the loaded policies: %s", exc)
+                return
+            current = self._generation
+            if (current is not None and signature == current.signature) or signature == self._failed_signature:
+                return
+            try:
+                generation = self._read()
+                _compile(generation.sources)
+            except (OSError, PolicyCompileError) as exc:
+                self._failed_signature = signature
+                logger.error("changed memory policies rejected; keeping the loaded policies: %s", exc)
+                return
+            self._generation = generation
+            self._failed_signature = None
+            logger.info("memory policies reloaded", extra={"policy_files": [path for path, _ in generation.sources]})
+        finally:
+            self._reload_lock.release()
+
+    def _thread_bundle(self) -> tuple[regopy.Interpreter, regopy.Bundle]:
+        generation = self._generation
+        if generation is None:
+            self.load()
+            generation = self._generation
+            assert generation is not None
+        state = self._local
+        if state.generation_id != generation.id or state.bundle is None or state.interpreter is None:
+            state.builder, state.bundle = _compile(generation.sources)
+            state.interpreter = _quiet_interpreter()
+            state.generation_id = generation.id
+        return state.interpreter, state.bundle
+
+    # --- evaluation ---------------------------------------------------------------------------------------------
+
+    def _evaluate(self, rule: str, input: dict[str, Any]) -> Any:
+        self._maybe_reload()
+        interpreter, bundle = self._thread_bundle()
+        # Not regopy's Input/Output: they truncate strings at NUL and mangle escapes (see _rego_io).
+        _rego_io.set_input(interpreter, input)
+        return _rego_io.query(interpreter, bundle, ENTRYPOINTS[rule])
+
+    def check(self) -> None:
+        # Exercise the real path (reload check, thread bundle, evaluation) without counting a decision in metrics.
+        probe = {
+            "operation": "read",
+            "namespace": ["user", "readiness-probe"],
+            "key": "readiness",
+            "context": {"user_id": "readiness-probe", "jwt_claims": {"roles": []}},
+        }
+        value = self._evaluate(AUTHZ, probe)
+        if value is not UNDEFINED and not isinstance(value, dict):
+            raise PolicyEvaluationError("authz decision is not an object")
