@@ -16,6 +16,7 @@ urlpatterns = [
     path("oidc/", include("mozilla_django_oidc.urls")),
     path("dev-idp/", include("apps.core.auth.dev_idp.urls")),
     path("v1/", include("apps.core.urls")),
+    path("v1/", include("apps.memories.urls")),
     # Last: every unknown path is a JSON 404, with DEBUG on or off.
     re_path(r"^", core_views.handler404, name="unmatched"),
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
@@ -145,6 +145,9 @@ def from_exception(exc: Exception) -> ApiError | None:
         return ApiError(429, "Too many requests.")
     if isinstance(exc, RequestDataTooBig):
         return payload_too_large()
+    if isinstance(exc, SuspiciousOperation):
+        # Too many query/form fields, malformed multipart and the like: the request is at fault, not us.
+        return validation_error({"request": "malformed or too large request"}, "Malformed request.")
     return None
 
 

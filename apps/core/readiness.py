@@ -11,12 +11,28 @@ from django.db import connection
 
 logger = logging.getLogger(__name__)
 
-# name -> callable raising on failure. Registered at import time by the AppConfig.ready() of each app.
+# name -> callable raising on failure. Registered by the AppConfig.ready() of each app.
 _CHECKS: dict[str, Callable[[], None]] = {}
+# name -> callable returning operator information shown beside the checks (e.g. the indexer backlog).
+_INFO: dict[str, Callable[[], dict]] = {}
 
 
 def register(name: str, check: Callable[[], None]) -> None:
     _CHECKS[name] = check
+
+
+def register_info(name: str, info: Callable[[], dict]) -> None:
+    _INFO[name] = info
+
+
+def run_info() -> dict[str, dict]:
+    results: dict[str, dict] = {}
+    for name, info in _INFO.items():
+        try:
+            results[name] = info()
+        except Exception as exc:  # information is best effort; the checks decide readiness
+            results[name] = {"error": type(exc).__name__}
+    return results
 
 
 def run_checks() -> dict[str, str]:

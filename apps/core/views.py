@@ -40,10 +40,11 @@ def healthz(request: Request) -> Response:
 @permission_classes([])
 def readyz(request: Request) -> Response:
     checks = readiness.run_checks()
+    info = readiness.run_info()
     if all(result == "ok" for result in checks.values()):
-        return Response({"status": "ok", "checks": checks})
+        return Response({"status": "ok", "checks": checks, **info})
     failing = sorted(name for name, result in checks.items() if result != "ok")
-    raise errors.ApiError(503, f"Not ready: {', '.join(failing)}.", details={"checks": checks})
+    raise errors.ApiError(503, f"Not ready: {', '.join(failing)}.", details={"checks": checks, **info})
 
 
 def prometheus_metrics(request: HttpRequest) -> HttpResponse:

@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class MemoriesConfig(AppConfig):
     name = "apps.memories"
     label = "memories"
+
+    def ready(self) -> None:
+        from apps.core import crypto
+
+        # rotate_encryption_key re-encrypts these columns under the new primary key.
+        crypto.register_encrypted_field("memories.Memory", "value_ciphertext", "memory.value")
+        crypto.register_encrypted_field("memories.MemoryEvent", "value_ciphertext", "memory_event.value", "id")
+

@@ -223,3 +223,61 @@ LOGGING = {
 # --- Operations -------------------------------------------------------------------------------------------------
 PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 READINESS_TIMEOUT_SECONDS = float(env_str("READINESS_TIMEOUT_SECONDS", "2"))
+
+# --- Memories (D4) ----------------------------------------------------------------------------------------------
+MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH = env_int("MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH", 5)
+MEMORY_MAX_VALUE_BYTES = env_int("MEMORY_MAX_VALUE_BYTES", 1024 * 1024)
+MEMORY_MAX_TTL_SECONDS = env_int("MEMORY_MAX_TTL_SECONDS", 10 * 365 * 24 * 3600)
+MEMORY_EPISODIC_EXPIRY_INTERVAL = env_int("MEMORY_EPISODIC_EXPIRY_INTERVAL", 60)
+MEMORY_EXPIRY_BATCH_SIZE = env_int("MEMORY_EXPIRY_BATCH_SIZE", 500)
+MEMORY_EVENTS_RETENTION_DAYS = env_int("MEMORY_EVENTS_RETENTION_DAYS", 90)
+SERVICE_SETTINGS_CACHE_SECONDS = env_int("SERVICE_SETTINGS_CACHE_SECONDS", 5)
+CELERY_BEAT_SCHEDULE["memories-expire"] = {
+    "task": "apps.memories.tasks.expire_memories",
+    "schedule": float(MEMORY_EPISODIC_EXPIRY_INTERVAL),
+}
+CELERY_BEAT_SCHEDULE["memories-prune-events"] = {
+    "task": "apps.memories.tasks.prune_memory_events",
+    "schedule": 3600.0,
+}
+
+# --- Embeddings (semantic search) -------------------------------------------------------------------------------
+# apps.memories.embeddings: local = all-MiniLM-L6-v2 in-process (384 dims, needs requirements/embeddings.txt),
+# openai = any OpenAI-compatible /embeddings endpoint, hash = lexical feature hashing (not semantic; tests/tiny installs).
+EMBEDDING_PROVIDER = env_str("EMBEDDING_PROVIDER", "local")
+EMBEDDING_BASE_URL = env_str("EMBEDDING_BASE_URL", "")  # e.g. https://api.openai.com/v1
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "")  # e.g. text-embedding-3-small
+EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")  # sent as a Bearer token, never logged
+# Sizes the vector column: required for openai, must be 384 (or unset) for local, default 256 for hash.
+EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 0) or None
+EMBEDDING_TIMEOUT_SECONDS = float(env_str("EMBEDDING_TIMEOUT_SECONDS", "10"))
+EMBEDDING_MAX_RETRIES = env_int("EMBEDDING_MAX_RETRIES", 3)
+EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64)
+# Unset = torch's default (all cores); set lower so embedding does not starve web workers and the database.
+EMBEDDING_TORCH_THREADS = env_int("EMBEDDING_TORCH_THREADS", 0) or None
+
+# --- Encryption at rest (D4) ------------------------------------------------------------------------------------
+# "kid:base64key,kid2:base64key": 32-byte AES-256 keys; the first encrypts, all decrypt (apps.core.crypto).
+# The embedded default generates one into DATA_DIR; production refuses to start without it.
+MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
+
+# --- Memory policies (D4) ---------------------------------------------------------------------------------------
+POLICY_ENGINE = env_str("POLICY_ENGINE", "embedded")  # embedded (regopy, in-process) | opa (sidecar REST Data API)
+SERVICE_POLICY_DIR = env_str("SERVICE_POLICY_DIR", "")  # also `manage.py --policy-dir DIR`; empty = built-ins only
+BUILTIN_POLICY_DIR = BASE_DIR / "policies"
+OPA_URL = env_str("OPA_URL", "http://127.0.0.1:8181")
+OPA_TIMEOUT_SECONDS = float(env_str("OPA_TIMEOUT_SECONDS", "2"))
+
+# --- Semantic index (memory_vectors, pgvector HNSW) -------------------------------------------------------------
+MEMORY_EPISODIC_INDEXING_INTERVAL = env_int("MEMORY_EPISODIC_INDEXING_INTERVAL", 30)
+MEMORY_EPISODIC_INDEXING_BATCH_SIZE = env_int("MEMORY_EPISODIC_INDEXING_BATCH_SIZE", 100)
+MEMORY_INDEXING_LEASE_SECONDS = env_int("MEMORY_INDEXING_LEASE_SECONDS", 300)
+MEMORY_INDEXING_MAX_BACKOFF_SECONDS = env_int("MEMORY_INDEXING_MAX_BACKOFF_SECONDS", 3600)
+MEMORY_VECTOR_HNSW_M = env_int("MEMORY_VECTOR_HNSW_M", 16)
+MEMORY_VECTOR_HNSW_EF_CONSTRUCTION = env_int("MEMORY_VECTOR_HNSW_EF_CONSTRUCTION", 64)
+MEMORY_VECTOR_EF_SEARCH = env_int("MEMORY_VECTOR_EF_SEARCH", 40)
+MEMORY_VECTOR_MAX_CANDIDATES = env_int("MEMORY_VECTOR_MAX_CANDIDATES", 4000)
+CELERY_BEAT_SCHEDULE["memories-index"] = {
+    "task": "apps.memories.tasks.index_pending_memories",
+    "schedule": float(MEMORY_EPISODIC_INDEXING_INTERVAL),
+}

@@ -31,6 +31,32 @@ def _local_secret(name: str) -> str:
 
 SECRET_KEY = env_str("SECRET_KEY", "") or _local_secret("secret-key")
 
+
+def _local_encryption_keys() -> str:
+    """MEMORY_ENCRYPTION_KEYS generated once into DATA_DIR/encryption-keys (D4). Losing this file loses every
+    encrypted value, so it is created atomically (no half-written key, concurrent first starts agree on one)."""
+    import base64
+    import os
+
+    path = DATA_DIR / "encryption-keys"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        line = f"local-{secrets.token_hex(4)}:{base64.b64encode(secrets.token_bytes(32)).decode()}\n"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(line)
+        try:
+            os.link(tmp, path)  # fails if another process got there first; then its key wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return path.read_text().strip()
+
+
+MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "") or _local_encryption_keys()
+
 DATABASE_URL = env_str("DATABASE_URL", "") or embedded_services.postgres_url()
 REDIS_URL = env_str("REDIS_URL", "") or embedded_services.redis_url()
 

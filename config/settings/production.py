@@ -16,7 +16,7 @@ DATABASE_URL = env_str("DATABASE_URL", "")
 REDIS_URL = env_str("REDIS_URL", "")
 SECRET_KEY = env_str("SECRET_KEY", "")
 
-for _name in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY"):
+for _name in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "MEMORY_ENCRYPTION_KEYS"):
     if not globals()[_name]:
         raise ImproperlyConfigured(f"{_name} must be set in production (config.settings.production)")
 

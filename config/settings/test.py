@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from .embedded import *  # noqa: F403
 
 DEBUG = False
@@ -10,3 +12,12 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOG_LEVEL = "WARNING"
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405
 CELERY_TASK_ALWAYS_EAGER = False
+
+# One test database per pytest process, so parallel runs (several checkouts, a developer and CI) never drop each
+# other's database; pytest-django destroys it at the end of the session.
+DATABASES["default"]["TEST"] = {"NAME": f"test_memory_service_{os.getpid()}"}  # noqa: F405
+
+# The lexical hashing embedder keeps most tests fast; tests marked `model` switch to the real local model.
+EMBEDDING_PROVIDER = "hash"
+# Tests switch to the local model at run time (marker `model`) after policies were evaluated: load torch first.
+PRELOAD_TORCH = True

@@ -96,3 +96,9 @@ def test_limit_default_and_bounds(api):
     assert api.get("/probe/limited").json() == {"limit": 20}
     assert api.get("/probe/limited", {"limit": "1"}).json() == {"limit": 1}
     assert api.get("/probe/limited", {"limit": "200"}).json() == {"limit": 200}
+
+
+def test_too_many_query_fields_is_400_not_500(api):
+    query = "&".join(f"ns=s{i}" for i in range(1500))
+    response = api.get(f"/probe/limited?{query}")
+    assert_error(response, 400, "validation_error")

@@ -1,0 +1,203 @@
+"""Attribute filters and namespace matching, compiled to parametrized SQL.
+
+One compiler serves the primary store (attribute search, namespaces, events) and the vector store (semantic
+search), so both modes mean the same thing by a filter. Caller input only ever reaches SQL as bound parameters;
+the column expression comes from code.
+
+Filter forms (D4): a bare scalar is equality; ``{"in": [...]}`` (non-empty) is membership; ``{"gt"|"gte"|"lt"|
+"lte": v}`` are ranges (several allowed). ``$eq``, ``$in``, ``$gt``... are accepted as aliases. Ranges compare
+numbers as numbers and RFC 3339 strings as timestamps; a row whose attribute is of another type does not match.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from apps.core import errors
+
+Scalar = str | int | float | bool | None
+
+_RANGE_SQL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+_OPERATORS = {"in", *_RANGE_SQL}
+_ALIASES = {"$eq": "eq", "$in": "in", "$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte", "eq": "eq"}
+
+# RFC 3339 date-time (the only strings compared as timestamps); PostgreSQL's own timestamptz input would also
+# accept words such as 'today', which must stay plain strings.
+RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+_RFC3339_SQL = r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One validated condition on one attribute."""
+
+    field: str
+    equals: Scalar | None = None
+    has_equals: bool = False
+    one_of: tuple[Scalar, ...] | None = None
+    ranges: tuple[tuple[str, float | datetime], ...] = ()
+
+
+@dataclass
+class CompiledFilter:
+    conditions: list[Condition] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.conditions)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _check_text(value: Any, where: str) -> None:
+    # PostgreSQL text and jsonb cannot hold NUL; refusing it here keeps a bad filter a 400, not a 500.
+    if isinstance(value, str) and "\x00" in value:
+        raise errors.validation_error({where: "must not contain NUL characters"})
+    _check_scalar(value, where)
+
+
+def _check_scalar(value: Any, where: str) -> None:
+    # The filter also reaches filter.rego as input and PostgreSQL as a parameter: neither takes a lone surrogate,
+    # an integer beyond 64 bits or a non-finite number (JSON 1e400 parses to Infinity).
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise errors.validation_error({where: "must not contain lone surrogates"}) from None
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise errors.validation_error({where: "numbers must be finite"})
+    elif isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise errors.validation_error({where: "integers must fit in 64 bits"})
+
+
+def _range_operand(value: Any, where: str) -> float | datetime:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise errors.validation_error({where: "range bounds must be numbers or RFC 3339 timestamps"})
+    if isinstance(value, str):
+        if not RFC3339.match(value):
+            raise errors.validation_error({where: "range bounds must be numbers or RFC 3339 timestamps"})
+        try:
+            # 2024-02-30 matches the pattern but is no date; year 1 at +23:59 is before the first UTC instant.
+            return datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00")).astimezone(UTC)
+        except (ValueError, OverflowError):
+            raise errors.validation_error({where: "not a valid RFC 3339 timestamp"}) from None
+    _check_scalar(value, where)
+    return value
+
+
+def parse_filter(raw: Any, where: str = "filter") -> CompiledFilter:
+    """Validate a filter object (the caller's or a policy's); anything outside the forms above is a 400."""
+    if raw is None:
+        return CompiledFilter()
+    if not isinstance(raw, dict):
+        raise errors.validation_error({where: "must be an object"})
+    conditions = []
+    for name, spec in raw.items():
+        if not isinstance(name, str) or not name:
+            raise errors.validation_error({where: "attribute names must be non-empty strings"})
+        # Reported under `where`: a name that cannot be encoded must not become a key of the error body.
+        _check_text(name, where)
+        path = f"{where}.{name}"
+        if _is_scalar(spec):
+            _check_text(spec, path)
+            conditions.append(Condition(name, equals=spec, has_equals=True))
+            continue
+        if not isinstance(spec, dict) or not spec:
+            raise errors.validation_error({path: "must be a scalar or an operator object (in, gt, gte, lt, lte)"})
+        equals, has_equals, one_of, ranges = None, False, None, []
+        for op_name, operand in spec.items():
+            op = _ALIASES.get(op_name, op_name)
+            if op == "eq":
+                if not _is_scalar(operand):
+                    raise errors.validation_error({f"{path}.{op_name}": "must be a scalar"})
+                _check_text(operand, path)
+                equals, has_equals = operand, True
+            elif op == "in":
+                if not isinstance(operand, list) or not operand:
+                    raise errors.validation_error({f"{path}.{op_name}": "must be a non-empty array"})
+                if not all(_is_scalar(item) for item in operand):
+                    raise errors.validation_error({f"{path}.{op_name}": "must hold scalars only"})
+                for item in operand:
+                    _check_text(item, path)
+                one_of = tuple(operand)
+            elif op in _RANGE_SQL:
+                ranges.append((op, _range_operand(operand, f"{path}.{op_name}")))
+            else:
+                raise errors.validation_error(
+                    {f"{path}.{op_name}": "unknown operator; use in, gt, gte, lt, lte (or $eq, $in, $gt, ...)"}
+                )
+        conditions.append(Condition(name, equals, has_equals, one_of, tuple(ranges)))
+    return CompiledFilter(conditions)
+
+
+def merge(*filters: CompiledFilter) -> CompiledFilter:
+    """AND of filters: a policy's attribute_filter and the caller's both hold (same field: both conditions)."""
+    return CompiledFilter([condition for f in filters for condition in f.conditions])
+
+
+def to_sql(compiled: CompiledFilter, column: str) -> tuple[str, list[Any]]:
+    """SQL boolean expression over the jsonb ``column`` (a trusted identifier) and its parameters."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for condition in compiled.conditions:
+        if condition.has_equals:
+            # jsonb containment: index-backed (GIN jsonb_path_ops) and type-exact (9 = 9.0, "9" != 9).
+            parts.append(f"{column} @> %s::jsonb")
+            params.append(json.dumps({condition.field: condition.equals}))
+        if condition.one_of is not None:
+            alternatives = " OR ".join([f"{column} @> %s::jsonb"] * len(condition.one_of))
+            parts.append(f"({alternatives})")
+            params.extend(json.dumps({condition.field: item}) for item in condition.one_of)
+        for op, operand in condition.ranges:
+            sql_op = _RANGE_SQL[op]
+            if isinstance(operand, datetime):
+                # Only RFC 3339 strings are cast; anything else yields NULL, which never matches.
+                parts.append(
+                    f"(CASE WHEN jsonb_typeof({column} -> %s) = 'string' AND ({column} ->> %s) ~ %s "
+                    f"AND pg_input_is_valid({column} ->> %s, 'timestamptz') "
+                    f"THEN ({column} ->> %s)::timestamptz END) {sql_op} %s"
+                )
+                params.extend([condition.field, condition.field, _RFC3339_SQL, condition.field, condition.field, operand])
+            else:
+                parts.append(
+                    f"(CASE WHEN jsonb_typeof({column} -> %s) = 'number' "
+                    f"THEN ({column} ->> %s)::numeric END) {sql_op} %s"
+                )
+                params.extend([condition.field, condition.field, operand])
+    if not parts:
+        return "TRUE", []
+    return " AND ".join(parts), params
+
+
+def namespace_prefix_sql(prefix: list[str], column: str) -> tuple[str, list[Any]]:
+    """Segment-exact prefix match. ``@>`` lets the GIN index narrow the rows; the slice makes it positional.
+
+    Segments are bound as a text[] parameter, so no value (``%``, ``_``, ``\\``, ``.``, ``/``) is a pattern.
+    """
+    if not prefix:
+        return "TRUE", []
+    return (
+        f"({column} @> %s::text[] AND {column}[1:%s] = %s::text[])",
+        [list(prefix), len(prefix), list(prefix)],
+    )
+
+
+def namespace_suffix_sql(suffix: list[str], column: str) -> tuple[str, list[Any]]:
+    if not suffix:
+        return "TRUE", []
+    return (
+        f"(cardinality({column}) >= %s AND "
+        f"{column}[cardinality({column}) - %s + 1 : cardinality({column})] = %s::text[])",
+        [len(suffix), len(suffix), list(suffix)],
+    )
+
+
+def namespace_has_prefix(namespace: list[str], prefix: list[str]) -> bool:
+    """The same rule in Python (used where a row is already loaded, and by the unit tests as the reference)."""
+    return len(namespace) >= len(prefix) and namespace[: len(prefix)] == prefix

@@ -1,0 +1,178 @@
+"""Memory versions and their append-only event timeline.
+
+Every write inserts a new version row with a new id; the previous active version of the same (namespace, key) is
+closed (superseded, deleted or expired) in the same transaction. A partial unique index keeps at most one active
+version per address. Values are stored only as AES-256-GCM envelopes (apps.core.crypto); namespace, key,
+attributes, index text and expiry are plaintext, as the interface says.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import Q
+from pgvector.django import VectorField
+
+
+class MemoryState(models.TextChoices):
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    DELETED = "deleted"
+    EXPIRED = "expired"
+
+
+class IndexStatus(models.TextChoices):
+    """Where a version stands with the semantic indexer (apps.memories.indexer)."""
+
+    NONE = "none"  # no `index` map: never embedded
+    PENDING = "pending"  # waiting to be embedded (or retrying after a failure, see index_retry_at)
+    INDEXED = "indexed"  # vectors written
+    REMOVED = "removed"  # version no longer active and its vectors are gone
+
+
+class Memory(models.Model):
+    """One version of a memory. ``id`` is the version id the API returns."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    namespace = ArrayField(models.TextField())
+    key = models.TextField()
+    value_ciphertext = models.BinaryField()
+    attributes = models.JSONField(null=True, blank=True)
+    indexed_content = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=MemoryState.choices, default=MemoryState.ACTIVE)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    index_status = models.CharField(max_length=16, choices=IndexStatus.choices, default=IndexStatus.NONE)
+    index_attempts = models.PositiveIntegerField(default=0)
+    index_retry_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "memories"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "key"], condition=Q(state="active"), name="memories_one_active_version"
+            ),
+        ]
+        indexes = [
+            # Prefix matching is `namespace @> prefix AND namespace[1:n] = prefix`: segment-exact, GIN-backed.
+            GinIndex(fields=["namespace"], name="memories_active_ns_gin", condition=Q(state="active")),
+            GinIndex(
+                fields=["attributes"],
+                name="memories_active_attrs_gin",
+                opclasses=["jsonb_path_ops"],
+                condition=Q(state="active"),
+            ),
+            models.Index(
+                fields=["-created_at", "-id"], name="memories_active_recent", condition=Q(state="active")
+            ),
+            # The expiry sweep: active rows with an expiry, oldest first.
+            models.Index(
+                fields=["expires_at"],
+                name="memories_expiring",
+                condition=Q(state="active", expires_at__isnull=False),
+            ),
+            # The indexer's work queue: versions to embed, or whose vectors must go.
+            models.Index(
+                fields=["index_retry_at", "created_at"],
+                name="memories_index_queue",
+                condition=Q(index_status="pending") | (Q(index_status="indexed") & ~Q(state="active")),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{'/'.join(self.namespace)}:{self.key} ({self.state})"
+
+
+class EventKind(models.TextChoices):
+    ADD = "add"
+    UPDATE = "update"
+    DELETE = "delete"
+    EXPIRED = "expired"
+
+
+class MemoryEvent(models.Model):
+    """An append-only timeline entry, written in the same transaction as the change it records.
+
+    ``seq`` is assigned under a transaction-level advisory lock taken right before commit (see
+    services._append_event), so sequence order is commit order: a reader paging by ``seq`` never skips an event
+    that commits late. ``attributes`` is kept for every kind so access filtering works on delete/expired events
+    too; the API shows it only for add/update, as the interface says.
+    """
+
+    seq = models.BigAutoField(primary_key=True)
+    id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    memory_id = models.UUIDField()
+    namespace = ArrayField(models.TextField())
+    key = models.TextField()
+    kind = models.CharField(max_length=8, choices=EventKind.choices)
+    occurred_at = models.DateTimeField()
+    value_ciphertext = models.BinaryField(null=True)
+    attributes = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = "memory_events"
+        indexes = [
+            GinIndex(fields=["namespace"], name="memory_events_ns_gin"),
+            models.Index(fields=["occurred_at"], name="memory_events_occurred"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {'/'.join(self.namespace)}:{self.key}"
+
+
+class ServiceSettings(models.Model):
+    """Operator-tunable settings, edited in Django admin; one row. Read through apps.memories.config with a short
+    cache so a change applies without a restart."""
+
+    memory_episodic_namespace_max_depth = models.PositiveSmallIntegerField(
+        "memory.episodic.namespace.max_depth",
+        null=True,
+        blank=True,
+        help_text="Maximum namespace depth for new writes. Empty: MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH (default 5).",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "service_settings"
+        verbose_name = "service settings"
+        verbose_name_plural = "service settings"
+
+    def __str__(self) -> str:
+        return "Service settings"
+
+
+class MemoryVector(models.Model):
+    """One embedding per (memory version, index field), for semantic search.
+
+    Holds only the embedding, the namespace, the plaintext policy attributes and the expiry (so the ANN query can
+    scope and hide expired rows by itself) — never the value. ``embedding`` has no fixed dimension: the HNSW index
+    is an expression index on ``embedding::vector(<dimension>)`` for the configured provider, and ``model`` keeps
+    vectors of another provider out of the results until ``reindex_memories`` replaces them
+    (apps.memories.vector_index).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="vectors", db_constraint=True)
+    field = models.TextField()
+    model = models.TextField()
+    namespace = ArrayField(models.TextField())
+    attributes = models.JSONField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    embedding = VectorField()
+
+    class Meta:
+        db_table = "memory_vectors"
+        constraints = [
+            models.UniqueConstraint(fields=["memory", "field"], name="memory_vectors_one_per_field"),
+        ]
+        indexes = [
+            GinIndex(fields=["namespace"], name="memory_vectors_ns_gin"),
+            GinIndex(fields=["attributes"], name="memory_vectors_attrs_gin", opclasses=["jsonb_path_ops"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_id}:{self.field}"

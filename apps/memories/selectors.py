@@ -1,0 +1,196 @@
+"""Memory reads: one record, attribute search, namespaces, the event timeline.
+
+Every list is scoped by filter.rego first: its namespace_prefix replaces the requested one and its
+attribute_filter is ANDed with the caller's. Values are decrypted only for the rows actually returned.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.core import crypto, errors, pagination
+from apps.core.auth.principal import Principal
+from apps.core.policy import get_engine, policy_context
+from apps.core.serializers import isoformat
+from apps.memories import filters
+from apps.memories.models import EventKind, Memory, MemoryState
+from apps.memories.services import EVENT_VALUE_PURPOSE, VALUE_PURPOSE, authorize
+
+
+def decrypt_value(ciphertext: bytes | memoryview, purpose: str, row_id: Any) -> dict:
+    return json.loads(crypto.decrypt(bytes(ciphertext), purpose=purpose, row_id=str(row_id)))
+
+
+def memory_response(memory: Memory) -> dict:
+    """The write response: the record without its value."""
+    return {
+        "id": str(memory.id),
+        "namespace": memory.namespace,
+        "key": memory.key,
+        "attributes": memory.attributes,
+        "created_at": isoformat(memory.created_at),
+        "expires_at": isoformat(memory.expires_at),
+    }
+
+
+def get_memory(principal: Principal, *, namespace: list[str], key: str) -> dict:
+    authorize(principal, "read", namespace, key)
+    now = timezone.now()
+    memory = (
+        Memory.objects.filter(namespace=namespace, key=key, state=MemoryState.ACTIVE)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .first()
+    )
+    if memory is None:
+        raise errors.not_found("No active memory at that namespace and key.")
+    return {**memory_response(memory), "value": decrypt_value(memory.value_ciphertext, VALUE_PURPOSE, memory.id)}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a caller may see in a list: the effective prefix and the merged attribute filter."""
+
+    namespace_prefix: list[str]
+    attribute_filter: filters.CompiledFilter
+
+
+def scope_for(principal: Principal, requested_prefix: list[str], caller_filter: Any) -> Scope:
+    caller = filters.parse_filter(caller_filter)
+    result = get_engine().filter(
+        {
+            "namespace_prefix": requested_prefix,
+            "filter": caller_filter if isinstance(caller_filter, dict) else {},
+            "context": policy_context(principal),
+        }
+    )
+    prefix = requested_prefix if result.namespace_prefix is None else list(result.namespace_prefix)
+    try:
+        policy_filter = filters.parse_filter(result.attribute_filter or {}, where="policy.attribute_filter")
+    except errors.ApiError as exc:
+        # A policy producing a filter we cannot run is the policy's fault, never a reason to widen access.
+        raise errors.ApiError(500, "The filter policy returned an invalid attribute_filter.", code="policy_error") from exc
+    return Scope(prefix, filters.merge(policy_filter, caller))
+
+
+def _visible_where(scope: Scope, table: str) -> tuple[str, list[Any]]:
+    """Active, unexpired rows inside the scope (the primary store's WHERE clause).
+
+    Expiry is judged against the application clock, as GET and the writes do: SQL now() is the transaction's start
+    time, which inside a longer transaction would still show a record GET already treats as expired."""
+    prefix_sql, prefix_params = filters.namespace_prefix_sql(scope.namespace_prefix, f"{table}.namespace")
+    filter_sql, filter_params = filters.to_sql(scope.attribute_filter, f"{table}.attributes")
+    sql = (
+        f"{table}.state = 'active' AND ({table}.expires_at IS NULL OR {table}.expires_at > %s) "
+        f"AND {prefix_sql} AND {filter_sql}"
+    )
+    return sql, [timezone.now(), *prefix_params, *filter_params]
+
+
+def search_by_attributes(principal: Principal, *, namespace_prefix: list[str], filter: Any, limit: int, offset: int) -> list[dict]:
+    scope = scope_for(principal, namespace_prefix, filter)
+    where, params = _visible_where(scope, "m")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT m.id, m.namespace, m.key, m.value_ciphertext, m.attributes, m.created_at "  # noqa: S608
+            f"FROM memories m WHERE {where} ORDER BY m.created_at DESC, m.id DESC LIMIT %s OFFSET %s",
+            [*params, limit, offset],
+        )
+        rows = cursor.fetchall()
+    return [
+        {
+            "id": str(row_id),
+            "namespace": namespace,
+            "key": key,
+            "value": decrypt_value(ciphertext, VALUE_PURPOSE, row_id),
+            "attributes": _json(attributes),
+            "score": None,
+            "created_at": isoformat(created_at),
+        }
+        for row_id, namespace, key, ciphertext, attributes, created_at in rows
+    ]
+
+
+def _json(value: Any) -> Any:
+    # psycopg returns jsonb already decoded; a raw cursor over Django's connection does too, but be explicit.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def list_namespaces(
+    principal: Principal, *, prefix: list[str], suffix: list[str], max_depth: int | None
+) -> list[list[str]]:
+    scope = scope_for(principal, prefix, None)
+    where, params = _visible_where(scope, "m")
+    suffix_sql, suffix_params = filters.namespace_suffix_sql(suffix, "m.namespace")
+    column = "m.namespace[1:%s]" if max_depth else "m.namespace"
+    column_params = [max_depth] if max_depth else []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT {column} AS ns FROM memories m WHERE {where} AND {suffix_sql} ORDER BY ns",  # noqa: S608
+            [*column_params, *params, *suffix_params],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    namespace_prefix: list[str]
+    kinds: list[str] | None
+    after: datetime | None
+    before: datetime | None
+    after_cursor: str | None
+    limit: int
+
+
+def list_events(principal: Principal, query: EventQuery) -> dict:
+    scope = scope_for(principal, query.namespace_prefix, None)
+    prefix_sql, prefix_params = filters.namespace_prefix_sql(scope.namespace_prefix, "e.namespace")
+    filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "e.attributes")
+    where = [prefix_sql, filter_sql]
+    params: list[Any] = [*prefix_params, *filter_params]
+    if query.kinds:
+        where.append("e.kind = ANY(%s)")
+        params.append(query.kinds)
+    if query.after is not None:
+        where.append("e.occurred_at > %s")
+        params.append(query.after)
+    if query.before is not None:
+        where.append("e.occurred_at < %s")
+        params.append(query.before)
+    if query.after_cursor:
+        seq, _event_id = pagination.decode_cursor(query.after_cursor, "after_cursor")
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            raise errors.validation_error({"after_cursor": "malformed cursor"})
+        where.append("e.seq > %s")
+        params.append(seq)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes "  # noqa: S608
+            f"FROM memory_events e WHERE {' AND '.join(where)} ORDER BY e.seq LIMIT %s",
+            [*params, query.limit],
+        )
+        rows = cursor.fetchall()
+    events = []
+    for _seq, event_id, namespace, key, kind, occurred_at, ciphertext, attributes in rows:
+        carries_snapshot = kind in (EventKind.ADD, EventKind.UPDATE)
+        events.append(
+            {
+                "id": str(event_id),
+                "namespace": namespace,
+                "key": key,
+                "kind": kind,
+                "occurred_at": isoformat(occurred_at),
+                "value": decrypt_value(ciphertext, EVENT_VALUE_PURPOSE, event_id) if carries_snapshot else None,
+                "attributes": _json(attributes) if carries_snapshot else None,
+            }
+        )
+    # The cursor always points after the last event seen, so a client can keep polling for newer events; with
+    # nothing new it hands back the cursor it sent.
+    next_cursor = pagination.encode_cursor(rows[-1][0], rows[-1][1]) if rows else query.after_cursor
+    return {"events": events, "after_cursor": next_cursor}

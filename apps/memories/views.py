@@ -1,0 +1,213 @@
+"""HTTP endpoints of the memory store. Thin: validate, call a service or selector, shape the response."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core import errors, pagination
+from apps.memories import selectors, serializers, services
+from apps.memories.models import EventKind
+
+_NS_PARAM = OpenApiParameter("ns", str, many=True, required=True, description="One per namespace segment, in order")
+_KEY_PARAM = OpenApiParameter("key", str, required=True)
+
+
+def _validated(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _address(request: Request) -> tuple[list[str], str]:
+    data: dict = {"ns": request.query_params.getlist("ns")}
+    if "key" in request.query_params:
+        data["key"] = request.query_params["key"]
+    address = _validated(serializers.MemoryAddressSerializer, data)
+    return address["ns"], address["key"]
+
+
+class MemoriesView(APIView):
+    @extend_schema(
+        tags=["memories"],
+        summary="Upsert a memory",
+        description="Creates or replaces the memory at (namespace, key). Every write is a new version with a new id. "
+        "The value is encrypted at rest and never echoed. Indexing for semantic search is asynchronous.",
+        request=serializers.MemoryWriteSerializer,
+        responses={200: serializers.MemoryWriteResponse, 403: OpenApiResponse(description="Denied by policy"),
+                   413: OpenApiResponse(description="Value too large")},
+    )
+    def put(self, request: Request) -> Response:
+        data = _validated(serializers.MemoryWriteSerializer, request.data)
+        result = services.put_memory(
+            request.user,
+            namespace=data["namespace"],
+            key=data["key"],
+            value=data["value"],
+            index=data.get("index"),
+            ttl_seconds=data.get("ttl_seconds"),
+        )
+        return Response(selectors.memory_response(result.memory))
+
+    @extend_schema(
+        tags=["memories"],
+        summary="Read one memory",
+        parameters=[_NS_PARAM, _KEY_PARAM],
+        responses={200: serializers.MemoryResponse, 403: OpenApiResponse(description="Denied by policy"),
+                   404: OpenApiResponse(description="No active record")},
+    )
+    def get(self, request: Request) -> Response:
+        namespace, key = _address(request)
+        return Response(selectors.get_memory(request.user, namespace=namespace, key=key))
+
+    @extend_schema(
+        tags=["memories"],
+        summary="Delete one memory",
+        description="Idempotent: 204 whenever the caller is authorized, whether or not a record existed.",
+        parameters=[_NS_PARAM, _KEY_PARAM],
+        responses={204: None, 403: OpenApiResponse(description="Denied by policy")},
+    )
+    def delete(self, request: Request) -> Response:
+        namespace, key = _address(request)
+        services.delete_memory(request.user, namespace=namespace, key=key)
+        return Response(status=204)
+
+
+class MemorySearchView(APIView):
+    @extend_schema(
+        tags=["memories"],
+        summary="Attribute-filter or semantic search",
+        description="Without `query`: attribute filter over the primary store, newest first, `score` null, paged "
+        "by `offset` (0..10000). With `query`: semantic search (cosine similarity in [0, 1], best first). The "
+        "filter policy narrows `namespace_prefix` and adds its attribute filter.",
+        request=serializers.MemorySearchSerializer,
+        responses={200: serializers.MemorySearchResponse},
+    )
+    def post(self, request: Request) -> Response:
+        data = _validated(serializers.MemorySearchSerializer, request.data)
+        limit = pagination.parse_limit(data.get("limit"), "memory_search")
+        offset = pagination.parse_offset(data.get("offset"))
+        if "query" in data:
+            from apps.memories import semantic
+
+            items = semantic.search(
+                request.user,
+                namespace_prefix=data["namespace_prefix"],
+                query=data["query"],
+                filter=data.get("filter"),
+                limit=limit,
+                offset=offset,
+            )
+        else:
+            items = selectors.search_by_attributes(
+                request.user,
+                namespace_prefix=data["namespace_prefix"],
+                filter=data.get("filter"),
+                limit=limit,
+                offset=offset,
+            )
+        return Response({"items": items})
+
+
+def _int_param(request: Request, name: str, minimum: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise errors.validation_error({name: f"must be an integer >= {minimum}"}) from None
+    if value < minimum:
+        raise errors.validation_error({name: f"must be an integer >= {minimum}"})
+    return value
+
+
+def _max_depth_param(request: Request) -> int | None:
+    # Any depth beyond the deepest possible namespace truncates nothing; capping keeps the SQL slice bound an int4.
+    value = _int_param(request, "max_depth", 1)
+    return None if value is None else min(value, 2**31 - 1)
+
+
+def _segments(request: Request, name: str) -> list[str]:
+    segments = request.query_params.getlist(name)
+    for segment in segments:
+        if not segment or "\x00" in segment:
+            raise errors.validation_error({name: "segments must be non-empty strings"})
+    return segments
+
+
+class NamespacesView(APIView):
+    @extend_schema(
+        tags=["memories"],
+        summary="List namespaces",
+        description="Namespaces holding at least one active record, sorted. `prefix` and `suffix` are repeated "
+        "once per segment; `max_depth` truncates each result from the root (after suffix matching), then results "
+        "are de-duplicated.",
+        parameters=[
+            OpenApiParameter("prefix", str, many=True),
+            OpenApiParameter("suffix", str, many=True),
+            OpenApiParameter("max_depth", int, description=">= 1"),
+        ],
+        responses={200: serializers.NamespacesResponse},
+    )
+    def get(self, request: Request) -> Response:
+        namespaces = selectors.list_namespaces(
+            request.user,
+            prefix=_segments(request, "prefix"),
+            suffix=_segments(request, "suffix"),
+            max_depth=_max_depth_param(request),
+        )
+        return Response({"namespaces": namespaces})
+
+
+def _timestamp_param(request: Request, name: str) -> datetime | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+        # In UTC now: 9999-12-31T23:59-01:00 parses but lies beyond the last representable instant.
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise errors.validation_error({name: "must be an ISO 8601 timestamp"}) from None
+
+
+def _kinds_param(request: Request) -> list[str] | None:
+    kinds = [kind.strip() for raw in request.query_params.getlist("kinds") for kind in raw.split(",") if kind.strip()]
+    unknown = sorted(set(kinds) - set(EventKind.values))
+    if unknown:
+        raise errors.validation_error({"kinds": f"unknown kind(s): {', '.join(unknown)}; use add, update, delete, expired"})
+    return kinds or None
+
+
+class MemoryEventsView(APIView):
+    @extend_schema(
+        tags=["memories"],
+        summary="Memory event timeline",
+        description="Events in commit order. `after_cursor` in the response points after the last event returned "
+        "(or echoes the request's when nothing new), so a client can keep polling. Scoped like reads.",
+        parameters=[
+            OpenApiParameter("ns", str, many=True, description="Namespace prefix, one per segment"),
+            OpenApiParameter("kinds", str, many=True, description="add, update, delete, expired; repeated or comma-separated"),
+            OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
+            OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
+            OpenApiParameter("after_cursor", str),
+            OpenApiParameter("limit", int, description="1..200, default 50"),
+        ],
+        responses={200: serializers.MemoryEventsResponse},
+    )
+    def get(self, request: Request) -> Response:
+        query = selectors.EventQuery(
+            namespace_prefix=_segments(request, "ns"),
+            kinds=_kinds_param(request),
+            after=_timestamp_param(request, "after"),
+            before=_timestamp_param(request, "before"),
+            after_cursor=request.query_params.get("after_cursor") or None,
+            limit=pagination.parse_limit(request.query_params.get("limit"), "memory_events"),
+        )
+        return Response(selectors.list_events(request.user, query))
