@@ -1,0 +1,61 @@
+"""The one interface every embedding provider implements, so the indexer and search never know which one runs."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+
+class EmbeddingError(Exception):
+    """A provider could not produce embeddings (model missing, endpoint down, bad response).
+
+    Callers such as the indexer catch this and back off; configuration mistakes raise
+    ``django.core.exceptions.ImproperlyConfigured`` instead, because retrying cannot fix them.
+    """
+
+
+class EmbeddingProvider(ABC):
+    """Turns text into fixed-size vectors.
+
+    Contract, relied on by the pgvector column and the search query:
+
+    * every vector has exactly ``dimension`` floats;
+    * every vector is L2-normalized (unit length), so cosine similarity equals the dot product and
+      pgvector's inner-product and cosine operators rank identically. The one exception is a text with
+      nothing to embed (e.g. the hashing provider given only punctuation), which yields the zero vector;
+    * ``embed_documents`` returns one vector per input text, in input order, and batches internally,
+      so callers may pass any number of texts;
+    * failures raise :class:`EmbeddingError`.
+    """
+
+    name: str
+    dimension: int
+
+    @abstractmethod
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed texts meant to be stored and searched over."""
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed a search query. Symmetric models embed queries like documents; asymmetric ones override this."""
+        return self.embed_documents([text])[0]
+
+    def check(self) -> None:
+        """Readiness: raise :class:`EmbeddingError` unless the provider can embed right now.
+
+        The default embeds a probe text, which also loads lazy models and verifies the dimension end to end.
+        """
+        vector = self.embed_query("readiness probe")
+        if len(vector) != self.dimension:
+            raise EmbeddingError(f"{self.name}: expected dimension {self.dimension}, got {len(vector)}")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} dimension={self.dimension}>"
+
+
+def l2_normalize(values: Sequence[float]) -> list[float]:
+    """Scale to unit length; the zero vector stays zero because it has no direction to keep."""
+    norm = math.sqrt(math.fsum(v * v for v in values))
+    if norm == 0.0:
+        return [0.0] * len(values)
+    return [v / norm for v in values]

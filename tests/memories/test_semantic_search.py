@@ -1,0 +1,295 @@
+"""Semantic search (query mode) through HTTP, with the indexer run as the worker would run it.
+
+Most tests use the lexical hashing embedder (test settings) so they are fast and exact about ranking by shared
+words; `test_real_model_*` uses the shipped all-MiniLM-L6-v2 for real paraphrase ranking.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.memories import indexer
+from apps.memories.embeddings import EmbeddingError
+from apps.memories.models import IndexStatus, Memory, MemoryVector
+
+pytestmark = pytest.mark.django_db
+
+NS = ["user", "bob", "notes"]
+
+
+def put(client, key, text, *, namespace=NS, index=None, **extra):
+    body = {"namespace": namespace, "key": key, "value": {"text": text}, **extra}
+    body["index"] = {"text": text} if index is None else index
+    response = client.put("/v1/memories", body, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def search(client, query, prefix=("user", "bob"), **extra):
+    response = client.post(
+        "/v1/memories/search", {"namespace_prefix": list(prefix), "query": query, **extra}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    return response.json()["items"]
+
+
+@pytest.fixture
+def bob(client_for):
+    return client_for("bob")
+
+
+def test_results_are_ranked_with_scores_in_unit_interval(bob):
+    put(bob, "pasta", "cooking pasta with tomato sauce and basil")
+    put(bob, "stocks", "the stock market fell sharply on inflation fears")
+    put(bob, "soccer", "the soccer final ended with a late goal")
+    assert indexer.run_cycle().indexed == 3
+
+    items = search(bob, "tomato sauce for pasta")
+    assert items[0]["key"] == "pasta"
+    assert set(items[0]) == {"id", "namespace", "key", "value", "attributes", "score", "created_at"}
+    assert items[0]["value"] == {"text": "cooking pasta with tomato sauce and basil"}
+    scores = [item["score"] for item in items]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= score <= 1.0 for score in scores)
+    assert scores[0] > scores[-1]
+
+
+def test_unindexed_memories_never_appear(bob):
+    put(bob, "indexed", "gardening tomatoes in spring")
+    put(bob, "no-index", "gardening tomatoes in spring", index={})  # indexing disabled for this version
+    indexer.run_cycle()
+    put(bob, "pending", "gardening tomatoes in spring")  # written after the cycle: not yet embedded
+    keys = [item["key"] for item in search(bob, "gardening tomatoes")]
+    assert keys == ["indexed"]
+    assert Memory.objects.get(key="no-index").index_status == IndexStatus.NONE
+
+
+def test_offset_and_limit_apply_to_the_ranked_list(bob):
+    for index in range(6):
+        put(bob, f"k{index}", f"apples oranges {'pears ' * index}")
+    indexer.run_cycle()
+    full = search(bob, "pears", limit=6)
+    assert len(full) == 6
+    page = search(bob, "pears", limit=2, offset=2)
+    assert [item["key"] for item in page] == [item["key"] for item in full[2:4]]
+
+
+def test_best_field_counts_and_a_memory_appears_once(bob):
+    put(bob, "multi", "x", index={"title": "quantum physics lecture", "body": "notes about cooking"})
+    put(bob, "other", "y", index={"title": "cooking dinner tonight"})
+    indexer.run_cycle()
+    assert MemoryVector.objects.filter(memory__key="multi").count() == 2
+    items = search(bob, "quantum physics")
+    assert [item["key"] for item in items].count("multi") == 1
+    assert items[0]["key"] == "multi"
+
+
+def test_delete_hides_at_once_and_vectors_go_on_next_cycle(bob):
+    put(bob, "gone", "volcano eruption in iceland")
+    indexer.run_cycle()
+    assert search(bob, "volcano eruption")[0]["key"] == "gone"
+    assert bob.delete("/v1/memories?ns=user&ns=bob&ns=notes&key=gone").status_code == 204
+    assert search(bob, "volcano eruption") == []  # primary-store check, before the indexer ran
+    assert MemoryVector.objects.filter(memory__key="gone").exists()
+    assert indexer.run_cycle().removed_versions == 1
+    assert not MemoryVector.objects.filter(memory__key="gone").exists()
+
+
+def test_expired_memory_disappears_before_and_after_the_sweep(bob):
+    put(bob, "brief", "meteor shower tonight", ttl_seconds=3600)
+    indexer.run_cycle()
+    assert [item["key"] for item in search(bob, "meteor shower")] == ["brief"]
+    past = timezone.now() - timedelta(seconds=1)
+    Memory.objects.filter(key="brief").update(expires_at=past)
+    MemoryVector.objects.filter(memory__key="brief").update(expires_at=past)
+    assert search(bob, "meteor shower") == []
+    from apps.memories.services import expire_due_memories
+
+    assert expire_due_memories() == 1
+    indexer.run_cycle()
+    assert not MemoryVector.objects.filter(memory__key="brief").exists()
+
+
+def test_update_replaces_the_vectors(bob):
+    put(bob, "topic", "medieval castles and knights")
+    indexer.run_cycle()
+    put(bob, "topic", "electric cars and batteries")
+    indexer.run_cycle()
+    # Nearest-neighbour search has no threshold, so the memory may still come back, but only as its new version.
+    assert all(item["value"] == {"text": "electric cars and batteries"} for item in search(bob, "medieval castles"))
+    items = search(bob, "electric batteries")
+    assert items[0]["key"] == "topic"
+    assert items[0]["value"] == {"text": "electric cars and batteries"}
+    active = Memory.objects.get(key="topic", state="active")
+    assert set(MemoryVector.objects.values_list("memory_id", flat=True)) == {active.id}
+
+
+def test_selective_prefix_still_fills_the_page(bob):
+    # Many near matches outside the narrow prefix must not crowd out the few inside it.
+    for index in range(120):
+        put(bob, f"crowd{index}", "ocean waves and surfing", namespace=["user", "bob", "crowd"])
+    for index in range(3):
+        put(bob, f"rare{index}", f"ocean waves {index}", namespace=["user", "bob", "rare"])
+    while indexer.run_cycle().indexed:
+        pass
+    items = search(bob, "ocean waves and surfing", prefix=("user", "bob", "rare"), limit=3)
+    assert sorted(item["key"] for item in items) == ["rare0", "rare1", "rare2"]
+
+
+def test_selective_attribute_filter_still_fills_the_page(client_for, settings, tmp_path):
+    (tmp_path / "attributes.rego").write_text(
+        "package memories.attributes\nimport rego.v1\n"
+        'attributes := {"namespace": input.namespace[0], "sub": input.namespace[1], "kind": input.value.kind}\n'
+    )
+    settings.SERVICE_POLICY_DIR = str(tmp_path)
+    bob = client_for("bob")
+    for index in range(100):
+        bob.put("/v1/memories", {"namespace": NS, "key": f"c{index}", "value": {"kind": "common"},
+                                 "index": {"t": "mountain hiking trail"}}, format="json")
+    for index in range(2):
+        bob.put("/v1/memories", {"namespace": NS, "key": f"r{index}", "value": {"kind": "rare"},
+                                 "index": {"t": f"mountain hiking {index}"}}, format="json")
+    while indexer.run_cycle().indexed:
+        pass
+    items = search(bob, "mountain hiking trail", filter={"kind": "rare"}, limit=5)
+    assert sorted(item["key"] for item in items) == ["r0", "r1"]
+
+
+def test_non_admin_semantic_search_is_scoped_to_own_subtree(client_for):
+    bob, charlie, alice = client_for("bob"), client_for("charlie"), client_for("alice")
+    put(bob, "b", "secret recipe for chocolate cake")
+    put(charlie, "c", "secret recipe for chocolate cake", namespace=["user", "charlie", "notes"])
+    indexer.run_cycle()
+    # Another user's subtree yields nothing (filter.rego: a disjoint prefix matches no namespace) ...
+    assert search(charlie, "chocolate cake", prefix=("user", "bob")) == []
+    # ... and a wider request is narrowed to the caller's own subtree.
+    assert [item["key"] for item in search(charlie, "chocolate cake", prefix=())] == ["c"]
+    # The admin keeps the requested prefix.
+    assert [item["key"] for item in search(alice, "chocolate cake", prefix=("user", "bob"))] == ["b"]
+
+
+def test_embedding_failure_leaves_rows_pending_with_backoff(bob, monkeypatch):
+    from apps.memories.embeddings import get_provider
+
+    put(bob, "flaky", "northern lights photography")
+    provider = get_provider()
+
+    def broken(texts):
+        raise EmbeddingError("provider down")
+
+    monkeypatch.setattr(provider, "embed_documents", broken)
+    report = indexer.run_cycle()
+    assert report.failed == 1 and report.indexed == 0
+    row = Memory.objects.get(key="flaky")
+    assert row.index_status == IndexStatus.PENDING
+    assert row.index_attempts == 1
+    assert row.index_retry_at > timezone.now()  # backing off: the next cycle leaves it alone
+    assert not MemoryVector.objects.exists()
+    monkeypatch.undo()
+    assert indexer.run_cycle().indexed == 0  # still inside its backoff window
+    Memory.objects.filter(key="flaky").update(index_retry_at=timezone.now() - timedelta(seconds=1))
+    assert indexer.run_cycle().indexed == 1
+    assert Memory.objects.get(key="flaky").index_status == IndexStatus.INDEXED
+
+
+def test_crash_mid_batch_loses_nothing(bob):
+    put(bob, "a", "river delta ecology")
+    put(bob, "b", "desert dune formation")
+    claimed = indexer._claim(10)  # a worker claims the batch, then dies before writing vectors
+    assert len(claimed) == 2
+    assert indexer.run_cycle().indexed == 0  # the lease keeps other workers off while it is valid
+    Memory.objects.update(index_retry_at=timezone.now() - timedelta(seconds=1))  # the lease runs out
+    assert indexer.run_cycle().indexed == 2
+    assert MemoryVector.objects.count() == 2
+
+
+def test_concurrent_claims_never_share_a_row(bob):
+    for index in range(5):
+        put(bob, f"k{index}", f"topic {index}")
+    first = {row[0] for row in indexer._claim(3)}
+    second = {row[0] for row in indexer._claim(3)}
+    assert len(first) == 3 and len(second) == 2
+    assert not first & second
+
+
+def test_superseded_while_embedding_gets_no_vectors(bob, monkeypatch):
+    put(bob, "race", "first version text")
+    from apps.memories.embeddings import get_provider
+
+    provider = get_provider()
+    original = provider.embed_documents
+
+    def embed_then_update(texts):
+        vectors = original(texts)
+        put(bob, "race", "second version text")  # a PUT lands while the worker is embedding
+        return vectors
+
+    monkeypatch.setattr(provider, "embed_documents", embed_then_update)
+    indexer.run_cycle(max_batches=1)
+    monkeypatch.undo()
+    old = Memory.objects.get(key="race", state="superseded")
+    assert not MemoryVector.objects.filter(memory=old).exists()
+    indexer.run_cycle()
+    assert search(bob, "second version")[0]["value"] == {"text": "second version text"}
+
+
+def test_backlog_is_visible_in_readyz_and_metrics(bob, api):
+    put(bob, "waiting", "pending text")
+    body = api.get("/readyz").json()
+    assert body["indexer"]["backlog"] == 1
+    assert body["checks"]["embedder"] == "ok"
+    metrics = api.get("/metrics").content.decode()
+    assert "memory_indexer_backlog 1.0" in metrics
+    indexer.run_cycle()
+    assert api.get("/readyz").json()["indexer"]["backlog"] == 0
+
+
+def test_indexing_is_enqueued_after_commit(bob, monkeypatch, django_capture_on_commit_callbacks):
+    from apps.memories import tasks
+
+    calls = []
+    monkeypatch.setattr(tasks.index_pending_memories, "delay", lambda: calls.append(1))
+    with django_capture_on_commit_callbacks(execute=True):
+        put(bob, "soon", "searchable within a second")
+    assert calls == [1]
+    with django_capture_on_commit_callbacks(execute=True):
+        put(bob, "never", "no index", index={})
+    assert calls == [1]
+
+
+def test_reindex_command_moves_vectors_to_the_new_model(bob, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    put(bob, "r1", "alpine lakes")
+    put(bob, "r2", "coral reefs")
+    indexer.run_cycle()
+    assert set(MemoryVector.objects.values_list("model", flat=True)) == {"hash:256"}
+    settings.EMBEDDING_DIMENSIONS = 128
+    out = StringIO()
+    call_command("reindex_memories", "--no-progress", stdout=out)
+    assert set(MemoryVector.objects.values_list("model", flat=True)) == {"hash:128"}
+    assert search(bob, "coral reefs")[0]["key"] == "r2"
+    again = StringIO()
+    call_command("reindex_memories", "--no-progress", stdout=again)  # resumable: nothing left to do
+    assert "Marked 0 version(s)" in again.getvalue()
+
+
+@pytest.mark.model
+def test_real_model_ranks_a_paraphrase_first(bob, settings):
+    settings.EMBEDDING_PROVIDER = "local"
+    put(bob, "cooking", "Boil the spaghetti for nine minutes, then toss it with garlic and olive oil.")
+    put(bob, "finance", "Shares of technology companies dropped after the central bank raised interest rates.")
+    put(bob, "sport", "The striker scored twice in the second half to win the championship match.")
+    assert indexer.run_cycle().indexed == 3
+    items = search(bob, "how do I prepare noodles for dinner?")
+    assert items[0]["key"] == "cooking"
+    assert items[0]["score"] > items[1]["score"]
+    items = search(bob, "stock prices fell because of monetary policy")
+    assert items[0]["key"] == "finance"
+    items = search(bob, "football game result")
+    assert items[0]["key"] == "sport"
