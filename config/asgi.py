@@ -13,8 +13,8 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
 
-from a2wsgi import WSGIMiddleware  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
+from a2wsgi import WSGIMiddleware
+from django.core.asgi import get_asgi_application
 
 # Sets up Django (apps, settings) before anything imports models.
 _django_asgi = get_asgi_application()
