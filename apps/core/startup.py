@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 
 logger = logging.getLogger(__name__)
 
@@ -18,14 +17,14 @@ def check_or_die() -> None:
 
 
 def warm_up_embedder() -> None:
-    """Load the embedding model in the background so the first semantic search does not pay for it."""
+    """Start loading the local embedding model in the background, so neither the first semantic search nor the
+    first /readyz waits for it. Remote providers need no warm-up."""
+    try:
+        from apps.memories.embeddings import get_provider
+        from apps.memories.embeddings.local import LocalEmbeddingProvider, start_loading
 
-    def load() -> None:
-        try:
-            from apps.memories.embeddings import get_provider
-
-            get_provider().check()
-        except Exception:  # readiness reports it; a failed warm-up must not kill the server
-            logger.warning("embedding provider warm-up failed", exc_info=True)
-
-    threading.Thread(target=load, name="embedder-warm-up", daemon=True).start()
+        provider = get_provider()
+        if isinstance(provider, LocalEmbeddingProvider):
+            start_loading(provider.torch_threads)
+    except Exception:  # a failed warm-up must not kill the server; /readyz shows the cause
+        logger.warning("embedding provider warm-up failed", exc_info=True)

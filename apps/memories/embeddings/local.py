@@ -94,6 +94,29 @@ def _load_model(torch_threads: int | None) -> SentenceTransformer:
         return model
 
 
+def _loaded() -> bool:
+    return _model is not None and _model_pid == os.getpid()
+
+
+_warm_up_started_pid: int | None = None
+
+
+def start_loading(torch_threads: int | None) -> None:
+    """Load the model in a background thread (once per process): readiness must not block for the ~10 s."""
+    global _warm_up_started_pid
+    if _loaded() or _warm_up_started_pid == os.getpid():
+        return
+    _warm_up_started_pid = os.getpid()
+
+    def load() -> None:
+        try:
+            _load_model(torch_threads)
+        except EmbeddingError:
+            logger.warning("embedding model failed to load", exc_info=True)
+
+    threading.Thread(target=load, name="embedding-model-load", daemon=True).start()
+
+
 class LocalEmbeddingProvider(EmbeddingProvider):
     """Semantic embeddings computed in-process. The model loads on first use, once per process, and is shared
     by every instance; texts longer than the model's 256-token window are truncated, so index chunks, not
@@ -118,6 +141,14 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", 64),
             torch_threads=getattr(settings, "EMBEDDING_TORCH_THREADS", None),
         )
+
+    def check(self) -> None:
+        """Ready once the model is in memory (its dimension was verified at load); until then the load runs
+        in the background and readiness says so, instead of holding the probe for the whole load."""
+        if not _loaded():
+            model_path()  # a missing package is a configuration error, reported at once
+            start_loading(self.torch_threads)
+            raise EmbeddingError(f"{MODEL_NAME} is loading")
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
