@@ -86,12 +86,7 @@ def _write_version(
     ttl_seconds: int | None,
 ) -> WriteResult:
     now = timezone.now()
-    previous = (
-        Memory.objects.select_for_update()
-        .filter(namespace=namespace, key=key, state=MemoryState.ACTIVE)
-        .only("id", "expires_at", "attributes")
-        .first()
-    )
+    previous = _lock_active_version(namespace, key)
     kind = EventKind.ADD
     if previous is not None:
         if previous.expires_at is not None and previous.expires_at <= now:
@@ -119,6 +114,16 @@ def _write_version(
     if index:
         transaction.on_commit(_enqueue_indexing)
     return WriteResult(memory, kind)
+
+
+def _lock_active_version(namespace: list[str], key: str) -> Memory | None:
+    """The active version at the address, row-locked until the transaction ends (None when there is none)."""
+    return (
+        Memory.objects.select_for_update()
+        .filter(namespace=namespace, key=key, state=MemoryState.ACTIVE)
+        .only("id", "expires_at", "attributes")
+        .first()
+    )
 
 
 def _close_versions(ids: list, state: str, now: datetime) -> None:
@@ -170,12 +175,7 @@ def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bo
     authorize(principal, "delete", namespace, key)
     with transaction.atomic():
         now = timezone.now()
-        current = (
-            Memory.objects.select_for_update()
-            .filter(namespace=namespace, key=key, state=MemoryState.ACTIVE)
-            .only("id", "expires_at", "attributes")
-            .first()
-        )
+        current = _lock_active_version(namespace, key)
         if current is None:
             return False
         if current.expires_at is not None and current.expires_at <= now:

@@ -12,12 +12,12 @@ answers 500 for evaluation errors such as conflicting rule values) or a body tha
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import requests
 
 from apps.core import errors
+from apps.core.http import ThreadLocalSessions
 from apps.core.policy.engine import ENTRYPOINTS, UNDEFINED, PolicyEngine, PolicyEvaluationError
 
 logger = logging.getLogger(__name__)
@@ -31,15 +31,10 @@ class OpaEngine(PolicyEngine):
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url.rstrip("/")
         self.timeout = float(timeout)
-        # requests.Session is not documented as thread-safe; one per thread keeps connection reuse without sharing.
-        self._local = threading.local()
+        self._sessions = ThreadLocalSessions()
 
     def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            self._local.session = session
-        return session
+        return self._sessions.get()
 
     def load(self) -> None:
         logger.info("memory policies evaluated by OPA", extra={"opa_url": self.url})

@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import math
 import random
-import threading
 import time
 from typing import Any
 
 import requests
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from apps.core.http import ThreadLocalSessions
 
 from .base import EmbeddingError, EmbeddingProvider, l2_normalize
 
@@ -70,7 +71,7 @@ class OpenAICompatibleEmbeddingProvider(EmbeddingProvider):
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         # requests.Session is not documented as thread-safe; one per thread keeps connection reuse safely.
-        self._local = threading.local()
+        self._sessions = ThreadLocalSessions()
 
     @classmethod
     def from_settings(cls) -> OpenAICompatibleEmbeddingProvider:
@@ -94,11 +95,7 @@ class OpenAICompatibleEmbeddingProvider(EmbeddingProvider):
         return vectors
 
     def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            self._local.session = session
-        return session
+        return self._sessions.get()
 
     def _embed_batch(self, batch: list[str]) -> list[list[float]]:
         payload: dict[str, Any] = {"model": self.model, "input": batch}
