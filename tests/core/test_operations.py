@@ -70,3 +70,34 @@ def test_metrics_exposes_request_latency(api):
     assert response.status_code == 200
     text = response.content.decode()
     assert 'http_request_duration_seconds_count{method="GET",route="/healthz",status="200"}' in text
+
+
+def test_logs_never_contain_tokens_keys_or_values(client_for, caplog):
+    import logging
+
+    from pythonjsonlogger.json import JsonFormatter
+
+    from apps.core.logging import RequestContextFilter
+    from tests.conftest import TEST_API_KEY
+
+    caplog.set_level(logging.DEBUG)
+    client = client_for("bob", api_key=TEST_API_KEY)
+    token = client._credentials["HTTP_AUTHORIZATION"].split()[1]
+    secret_value = "value-marker-5d2c"
+    client.put(
+        "/v1/memories",
+        {"namespace": ["user", "bob"], "key": "k", "value": {"v": secret_value}, "index": {"t": secret_value}},
+        format="json",
+    )
+    client.get("/v1/memories", {"ns": ["user", "bob"], "key": "k"})
+    client.put("/v1/memories", data='{"broken": ', content_type="application/json")
+    formatter = JsonFormatter()
+    context = RequestContextFilter()
+    lines = []
+    for record in caplog.records:
+        context.filter(record)
+        lines.append(formatter.format(record))
+    text = "\n".join(lines)
+    assert any('"route": "/v1/memories"' in line for line in lines)  # the access log did run
+    for secret in (token, TEST_API_KEY, secret_value):
+        assert secret not in text
