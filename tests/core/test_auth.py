@@ -592,7 +592,10 @@ class FakeClock:
 @pytest.fixture
 def idp() -> Iterator[FakeIssuer]:
     server = FakeIssuer()
-    with override_settings(OIDC_ISSUER_URL=server.url, OIDC_JWKS_URL="", OIDC_AUDIENCE=["memory-service"]):
+    # These tests count key fetches; the verified-token cache would answer repeated tokens without a key lookup.
+    with override_settings(
+        OIDC_ISSUER_URL=server.url, OIDC_JWKS_URL="", OIDC_AUDIENCE=["memory-service"], VERIFIED_TOKEN_CACHE_SECONDS=0
+    ):
         yield server
     server.stop()
 
@@ -744,3 +747,24 @@ def test_admin_oidc_backend_admits_only_admins():
     user = backend.create_user({"preferred_username": "operator", "sub": "uuid", "roles": ["admin"]})
     assert (user.username, user.is_staff, user.is_superuser) == ("operator", True, True)
     assert list(backend.filter_users_by_claims({"preferred_username": "operator"})) == [user]
+
+
+@pytest.mark.django_db
+def test_verified_token_cache_answers_repeats_without_key_lookups(api, idp, clock):
+    with override_settings(VERIFIED_TOKEN_CACHE_SECONDS=30, OIDC_JWKS_CACHE_SECONDS=600):
+        token = idp.mint()
+        assert bearer(api, token).status_code == 200
+        clock.now += 601  # the key set is stale: a real verification would fetch it again
+        assert bearer(api, token).status_code == 200
+        assert idp.jwks_hits == 1
+        assert bearer(api, idp.mint({"jti": "other"})).status_code == 200  # another token is verified for real
+        assert idp.jwks_hits == 2
+
+
+@pytest.mark.django_db
+def test_settings_change_empties_the_verified_token_cache(api, idp):
+    with override_settings(VERIFIED_TOKEN_CACHE_SECONDS=30):
+        token = idp.mint()
+        assert bearer(api, token).status_code == 200
+        with override_settings(OIDC_AUDIENCE=["another-service"]):
+            assert bearer(api, token).status_code == 401

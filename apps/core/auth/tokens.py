@@ -11,9 +11,11 @@ anyone can fetch from the JWKS) would become a signing secret. Tokens never reac
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,8 @@ from typing import Any
 import jwt
 import requests
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 logger = logging.getLogger(__name__)
 
@@ -276,9 +280,59 @@ def jwks_cache(issuer: str, jwks_url: str = "") -> JwksCache:
 
 
 def clear_key_caches() -> None:
-    """Forget every cached key set (tests; an operator-triggered rotation would simply wait for the refresh)."""
+    """Forget every cached key set and verified token (tests; a rotation otherwise waits for the refresh)."""
     with _caches_lock:
         _caches.clear()
+    _verified.clear()
+
+
+class _VerifiedTokens:
+    """Tokens already verified in this process, by SHA-256 of the token, for at most VERIFIED_TOKEN_CACHE_SECONDS.
+
+    Agents send the same token on every call; re-checking its RSA signature each time was the largest cost of a
+    read after the query itself. An entry never outlives the token's own ``exp``, and the short bound keeps a
+    signing-key removal or a settings change effective within seconds.
+    """
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._entries: OrderedDict[bytes, tuple[float, VerifiedToken]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max_entries = max_entries
+
+    def get(self, digest: bytes) -> VerifiedToken | None:
+        with self._lock:
+            entry = self._entries.get(digest)
+            if entry is None:
+                return None
+            if entry[0] <= time.time():
+                del self._entries[digest]
+                return None
+            self._entries.move_to_end(digest)
+            return entry[1]
+
+    def put(self, digest: bytes, verified: VerifiedToken) -> None:
+        exp = verified.claims.get("exp")
+        until = time.time() + settings.VERIFIED_TOKEN_CACHE_SECONDS
+        if isinstance(exp, (int, float)):
+            until = min(until, float(exp))
+        with self._lock:
+            self._entries[digest] = (until, verified)
+            self._entries.move_to_end(digest)
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_verified = _VerifiedTokens()
+
+
+@receiver(setting_changed)
+def _forget_verified_tokens(*, setting: str, **_: Any) -> None:
+    if setting.startswith(("OIDC_", "DEV_IDP_", "VERIFIED_TOKEN")):
+        _verified.clear()
 
 
 def trusted_issuer() -> tuple[str, JwksCache | DevIdpKeys]:
@@ -300,6 +354,18 @@ def verify_token(token: str, *, check_audience: bool = True) -> VerifiedToken:
     """
     if not token or len(token) > _MAX_TOKEN_LENGTH:
         raise TokenError("The access token is malformed.")
+    digest = hashlib.sha256(token.encode()).digest() if check_audience else None
+    if digest is not None and settings.VERIFIED_TOKEN_CACHE_SECONDS > 0:
+        cached = _verified.get(digest)
+        if cached is not None:
+            return cached
+    verified = _verify_uncached(token, check_audience=check_audience)
+    if digest is not None and settings.VERIFIED_TOKEN_CACHE_SECONDS > 0:
+        _verified.put(digest, verified)
+    return verified
+
+
+def _verify_uncached(token: str, *, check_audience: bool) -> VerifiedToken:
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError:
