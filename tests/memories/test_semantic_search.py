@@ -247,17 +247,26 @@ def test_backlog_is_visible_in_readyz_and_metrics(bob, api):
     assert api.get("/readyz").json()["indexer"]["backlog"] == 0
 
 
-def test_indexing_is_enqueued_after_commit(bob, monkeypatch, django_capture_on_commit_callbacks):
+def test_indexing_is_requested_once_per_burst_after_commit(bob, monkeypatch, django_capture_on_commit_callbacks):
+    from apps.core.redis_client import get_client
     from apps.memories import tasks
 
+    get_client().delete(tasks._indexing_requested_key())
     calls = []
     monkeypatch.setattr(tasks.index_pending_memories, "delay", lambda: calls.append(1))
     with django_capture_on_commit_callbacks(execute=True):
         put(bob, "soon", "searchable within a second")
     assert calls == [1]
     with django_capture_on_commit_callbacks(execute=True):
-        put(bob, "never", "no index", index={})
+        put(bob, "never", "no index", index={})  # nothing to embed: no request
+        put(bob, "burst", "another indexed write while a task is already waiting")
     assert calls == [1]
+    # The worker clears the request when it starts, so the next write asks again.
+    tasks.index_pending_memories.run()
+    with django_capture_on_commit_callbacks(execute=True):
+        put(bob, "later", "written after the worker started")
+    assert calls == [1, 1]
+    get_client().delete(tasks._indexing_requested_key())
 
 
 def test_reindex_command_moves_vectors_to_the_new_model(bob, settings):
