@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import jwt
@@ -27,6 +27,7 @@ from apps.core.auth.dev_idp import keys as dev_keys
 from apps.core.auth.principal import Principal
 from apps.core.models import ApiKey
 from tests.conftest import TEST_API_CLIENT, TEST_API_KEY
+from tests.local_http import LocalHTTPServer
 
 CHALLENGE = 'Bearer realm="memory-service"'
 
@@ -533,7 +534,7 @@ class FakeIssuer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LocalHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/realms/test"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

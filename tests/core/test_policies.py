@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from apps.core.policy import engine as policy_engine
 from apps.core.policy.engine import Decision, FilterResult, PolicyCompileError
 from apps.core.policy.opa_engine import OpaEngine
 from apps.core.policy.regopy_engine import RegopyEngine
+from tests.local_http import LocalHTTPServer
 
 BUILTIN = Path(django_settings.BASE_DIR) / "policies"
 DENIED = Decision(False, "access denied")
@@ -431,7 +432,7 @@ def test_unserializable_input_is_a_policy_error(builtin):
 # --- OPA sidecar engine -------------------------------------------------------------------------------------------
 
 
-class _FakeOpa(ThreadingHTTPServer):
+class _FakeOpa(LocalHTTPServer):
     """OPA's Data API (POST /v1/data/<path>, GET /health), answering by evaluating the built-in policies with regopy."""
 
     daemon_threads = True

@@ -11,7 +11,7 @@ import threading
 import time
 import types
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from apps.memories.embeddings import EmbeddingError, EmbeddingProvider, get_prov
 from apps.memories.embeddings import local as local_module
 from apps.memories.embeddings.hashing import HashingEmbeddingProvider
 from apps.memories.embeddings.openai import OpenAICompatibleEmbeddingProvider
+from tests.local_http import LocalHTTPServer
 
 API_KEY = "sk-test-secret-0123456789"
 DIM = 8
@@ -144,7 +145,7 @@ class FakeEmbeddingServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = LocalHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -378,8 +379,22 @@ def test_local_without_model_package_raises_embedding_error(monkeypatch: pytest.
 @pytest.fixture(scope="module")
 def minilm() -> local_module.LocalEmbeddingProvider:
     provider = local_module.LocalEmbeddingProvider(batch_size=16)
-    provider.check()
+    provider.embed_query("load the model")  # check() only reports readiness; this waits for the load
     return provider
+
+
+@pytest.mark.model
+def test_local_readiness_reports_loading_then_ready(minilm: local_module.LocalEmbeddingProvider) -> None:
+    minilm.check()  # loaded by the fixture: ready, without embedding anything
+
+
+def test_local_readiness_does_not_block_while_loading(monkeypatch) -> None:
+    monkeypatch.setattr(local_module, "_model", None)
+    started = []
+    monkeypatch.setattr(local_module, "start_loading", lambda threads: started.append(threads))
+    with pytest.raises(EmbeddingError, match="loading"):
+        local_module.LocalEmbeddingProvider(torch_threads=1).check()
+    assert started == [1]
 
 
 @pytest.mark.model
