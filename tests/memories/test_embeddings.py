@@ -384,7 +384,7 @@ def minilm() -> local_module.LocalEmbeddingProvider:
 
 
 @pytest.mark.model
-def test_local_readiness_reports_loading_then_ready(minilm: local_module.LocalEmbeddingProvider) -> None:
+def test_local_readiness_is_ok_once_loaded(minilm: local_module.LocalEmbeddingProvider) -> None:
     minilm.check()  # loaded by the fixture: ready, without embedding anything
 
 
