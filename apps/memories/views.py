@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core import errors, pagination
-from apps.memories import selectors, serializers, services
+from apps.memories import selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
 _NS_PARAM = OpenApiParameter("ns", str, many=True, required=True, description="One per namespace segment, in order")
@@ -93,8 +93,6 @@ class MemorySearchView(APIView):
         limit = pagination.parse_limit(data.get("limit"), "memory_search")
         offset = pagination.parse_offset(data.get("offset"))
         if "query" in data:
-            from apps.memories import semantic
-
             items = semantic.search(
                 request.user,
                 namespace_prefix=data["namespace_prefix"],
