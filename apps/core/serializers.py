@@ -45,3 +45,31 @@ def isoformat(value) -> str | None:
     from datetime import UTC
 
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The one error body (D1). A policy deny adds `reason`; validation errors name fields in `details.fields`."""
+
+    code = serializers.CharField(help_text="Stable machine-readable code, e.g. validation_error, forbidden")
+    error = serializers.CharField(help_text="Safe human-readable message")
+    requestId = serializers.CharField(help_text="Also in the X-Request-ID response header")
+    reason = serializers.CharField(required=False, help_text="Policy reason on a 403 deny")
+    details = serializers.DictField(required=False)
+
+
+def error_responses(*statuses: int) -> dict:
+    """OpenAPI responses for the given error statuses, all with the one error body."""
+    from drf_spectacular.utils import OpenApiResponse
+
+    return {status: OpenApiResponse(ErrorSerializer, description=_ERROR_DESCRIPTIONS.get(status, "")) for status in statuses}
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "Validation error (details.fields names the offending fields)",
+    401: "Missing or invalid credentials",
+    403: "Denied (by policy: reason carries the policy's reason)",
+    404: "Not found",
+    413: "Payload too large",
+    500: "Internal error (policy_error when a policy fails to evaluate)",
+    503: "A dependency is unavailable",
+}

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.serializers import StrictCharField, StrictIntegerField, StrictSerializer
@@ -77,6 +78,7 @@ def _text_problem(text: str) -> str | None:
     return None
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
 class JsonObjectField(serializers.Field):
     default_error_messages = {"invalid": "must be a JSON object"}
 
@@ -108,6 +110,8 @@ class IndexField(serializers.DictField):
 
 
 class MemoryWriteSerializer(StrictSerializer):
+    """PUT /v1/memories body. Unknown fields are rejected."""
+
     namespace = NamespaceField(min_length=1)
     key = StrictCharField(allow_blank=False, trim_whitespace=False)
     value = JsonObjectField()
@@ -126,20 +130,37 @@ class MemoryWriteSerializer(StrictSerializer):
 
 
 class MemoryAddressSerializer(StrictSerializer):
-    """The query of GET and DELETE: ns repeated once per segment, and key."""
+    """The query of GET and DELETE: ns repeated once per segment, and key. Unknown fields are rejected."""
 
     ns = NamespaceField(min_length=1)
     key = StrictCharField(allow_blank=False, trim_whitespace=False)
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True, "description": "Attribute filter"})
+class FilterField(serializers.JSONField):
+    """Validated by apps.memories.filters (one compiler for both search modes)."""
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": 100, "default": 10})
+class SearchLimitField(serializers.JSONField):
+    """Validated by apps.core.pagination.parse_limit, the one place limits are checked."""
+
+
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": 10000, "default": 0})
+class SearchOffsetField(serializers.JSONField):
+    """Validated by apps.core.pagination.parse_offset."""
+
+
 class MemorySearchSerializer(StrictSerializer):
+    """POST /v1/memories/search body. Unknown fields are rejected."""
+
     namespace_prefix = serializers.ListField(
         child=StrictCharField(max_length=MAX_SEGMENT_CHARS, allow_blank=False, trim_whitespace=False)
     )
     query = StrictCharField(required=False, allow_blank=False, max_length=MAX_INDEX_CHARS)
-    filter = serializers.JSONField(required=False)
-    limit = serializers.JSONField(required=False)
-    offset = serializers.JSONField(required=False)
+    filter = FilterField(required=False)
+    limit = SearchLimitField(required=False)
+    offset = SearchOffsetField(required=False)
 
 
 # --- Response shapes (documentation; selectors build the dicts) -------------------------------------------------

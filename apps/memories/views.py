@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core import errors, pagination
+from apps.core.serializers import error_responses
 from apps.memories import selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
@@ -39,8 +40,7 @@ class MemoriesView(APIView):
         description="Creates or replaces the memory at (namespace, key). Every write is a new version with a new id. "
         "The value is encrypted at rest and never echoed. Indexing for semantic search is asynchronous.",
         request=serializers.MemoryWriteSerializer,
-        responses={200: serializers.MemoryWriteResponse, 403: OpenApiResponse(description="Denied by policy"),
-                   413: OpenApiResponse(description="Value too large")},
+        responses={200: serializers.MemoryWriteResponse, **error_responses(400, 401, 403, 413)},
     )
     def put(self, request: Request) -> Response:
         data = _validated(serializers.MemoryWriteSerializer, request.data)
@@ -58,8 +58,7 @@ class MemoriesView(APIView):
         tags=["memories"],
         summary="Read one memory",
         parameters=[_NS_PARAM, _KEY_PARAM],
-        responses={200: serializers.MemoryResponse, 403: OpenApiResponse(description="Denied by policy"),
-                   404: OpenApiResponse(description="No active record")},
+        responses={200: serializers.MemoryResponse, **error_responses(400, 401, 403, 404)},
     )
     def get(self, request: Request) -> Response:
         namespace, key = _address(request)
@@ -70,7 +69,7 @@ class MemoriesView(APIView):
         summary="Delete one memory",
         description="Idempotent: 204 whenever the caller is authorized, whether or not a record existed.",
         parameters=[_NS_PARAM, _KEY_PARAM],
-        responses={204: None, 403: OpenApiResponse(description="Denied by policy")},
+        responses={204: None, **error_responses(400, 401, 403)},
     )
     def delete(self, request: Request) -> Response:
         namespace, key = _address(request)
@@ -86,7 +85,7 @@ class MemorySearchView(APIView):
         "by `offset` (0..10000). With `query`: semantic search (cosine similarity in [0, 1], best first). The "
         "filter policy narrows `namespace_prefix` and adds its attribute filter.",
         request=serializers.MemorySearchSerializer,
-        responses={200: serializers.MemorySearchResponse},
+        responses={200: serializers.MemorySearchResponse, **error_responses(400, 401, 503)},
     )
     def post(self, request: Request) -> Response:
         data = _validated(serializers.MemorySearchSerializer, request.data)
@@ -151,7 +150,7 @@ class NamespacesView(APIView):
             OpenApiParameter("suffix", str, many=True),
             OpenApiParameter("max_depth", int, description=">= 1"),
         ],
-        responses={200: serializers.NamespacesResponse},
+        responses={200: serializers.NamespacesResponse, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         namespaces = selectors.list_namespaces(
@@ -197,7 +196,7 @@ class MemoryEventsView(APIView):
             OpenApiParameter("after_cursor", str),
             OpenApiParameter("limit", int, description="1..200, default 50"),
         ],
-        responses={200: serializers.MemoryEventsResponse},
+        responses={200: serializers.MemoryEventsResponse, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         query = selectors.EventQuery(
