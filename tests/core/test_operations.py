@@ -55,6 +55,16 @@ def test_openapi_schema(api):
     assert schema["openapi"].startswith("3.1")
     assert "/v1/me" in schema["paths"]
     assert "bearerAuth" in schema["components"]["securitySchemes"]
+    paths = schema["paths"]
+    assert set(paths["/v1/memories"]) >= {"put", "get", "delete"}
+    assert "post" in paths["/v1/memories/search"]
+    assert "get" in paths["/v1/memories/namespaces"] and "get" in paths["/v1/memories/events"]
+    # Every documented failure of the memory endpoints uses the one error body.
+    error_ref = {"$ref": "#/components/schemas/Error"}
+    assert paths["/v1/memories"]["put"]["responses"]["403"]["content"]["application/json"]["schema"] == error_ref
+    assert paths["/v1/memories"]["get"]["responses"]["404"]["content"]["application/json"]["schema"] == error_ref
+    search_body = schema["components"]["schemas"]["MemorySearchRequest"]["properties"]
+    assert search_body["limit"]["maximum"] == 100 and search_body["offset"]["maximum"] == 10000
 
 
 def test_docs_page_is_served_offline(api):
