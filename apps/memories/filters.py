@@ -145,11 +145,22 @@ def to_sql(compiled: CompiledFilter, column: str) -> tuple[str, list[Any]]:
     """SQL boolean expression over the jsonb ``column`` (a trusted identifier) and its parameters."""
     parts: list[str] = []
     params: list[Any] = []
+    # Equalities become one jsonb containment: a single GIN (jsonb_path_ops) probe, type-exact (9 = 9.0,
+    # "9" != 9). A field required equal to two different values cannot be folded into one object.
+    equalities: dict[str, Any] = {}
     for condition in compiled.conditions:
-        if condition.has_equals:
-            # jsonb containment: index-backed (GIN jsonb_path_ops) and type-exact (9 = 9.0, "9" != 9).
+        if not condition.has_equals:
+            continue
+        # Compared as JSON: in Python True == 1, in jsonb they differ.
+        if condition.field in equalities and json.dumps(equalities[condition.field]) != json.dumps(condition.equals):
             parts.append(f"{column} @> %s::jsonb")
             params.append(json.dumps({condition.field: condition.equals}))
+        else:
+            equalities[condition.field] = condition.equals
+    if equalities:
+        parts.insert(0, f"{column} @> %s::jsonb")
+        params.insert(0, json.dumps(equalities))
+    for condition in compiled.conditions:
         if condition.one_of is not None:
             alternatives = " OR ".join([f"{column} @> %s::jsonb"] * len(condition.one_of))
             parts.append(f"({alternatives})")

@@ -146,12 +146,14 @@ def list_namespaces(
     """
     scope = scope_for(principal, prefix, None)
     effective = scope.namespace_prefix
-    visible, visible_params = _visible_where(scope, "m")
+    filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "m.attributes")
     suffix_sql, suffix_params = filters.namespace_suffix_sql(suffix, "walk.ns")
     depth = len(effective)
     column = "walk.ns[1:%s]" if max_depth else "walk.ns"
     column_params = [max_depth] if max_depth else []
     with connection.cursor() as cursor:
+        # The visibility probe orders by the (namespace, key) index so the planner takes that index for an
+        # equality on namespace rather than the GIN index, which would visit every row of the namespace.
         cursor.execute(
             f"""
             WITH RECURSIVE walk(ns) AS (
@@ -163,11 +165,17 @@ def list_namespaces(
                 FROM walk WHERE walk.ns IS NOT NULL AND walk.ns[1:%s] = %s::text[]
             )
             SELECT DISTINCT {column} AS namespace FROM walk
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM memories m
+                WHERE m.namespace = walk.ns AND m.state = 'active'
+                  AND (m.expires_at IS NULL OR m.expires_at > %s) AND {filter_sql}
+                ORDER BY m.namespace, m.key LIMIT 1
+            ) AS visible
             WHERE walk.ns IS NOT NULL AND walk.ns[1:%s] = %s::text[] AND {suffix_sql}
-              AND EXISTS (SELECT 1 FROM memories m WHERE m.namespace = walk.ns AND {visible})
             ORDER BY namespace
             """,  # noqa: S608 - fragments come from code; values are bound parameters
-            [effective, depth, effective, *column_params, depth, effective, *suffix_params, *visible_params],
+            [effective, depth, effective, *column_params, timezone.now(), *filter_params, depth, effective,
+             *suffix_params],
         )
         return [row[0] for row in cursor.fetchall()]
 

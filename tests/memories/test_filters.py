@@ -141,6 +141,28 @@ def test_merge_ands_conditions():
     assert not matches({"a": 1, "b": 3}, {"a": 2, "b": 3})
 
 
+def _merged_matches(first: Any, second: Any, attributes: Any) -> bool:
+    merged = filters.merge(filters.parse_filter(first), filters.parse_filter(second))
+    sql, params = filters.to_sql(merged, "t.attributes")
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT coalesce(({sql}), false) FROM (SELECT %s::jsonb AS attributes) t", [*params, json.dumps(attributes)])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "attributes", "expected"),
+    [
+        ({"a": 1}, {"b": 2}, {"a": 1, "b": 2}, True),  # folded into one containment
+        ({"a": 1}, {"a": 2}, {"a": 1}, False),  # one field, two values: never both
+        ({"a": True}, {"a": 1}, {"a": True}, False),  # equal in Python, different in JSON
+        ({"a": True}, {"a": 1}, {"a": 1}, False),
+        ({"a": 9}, {"a": 9.0}, {"a": 9}, True),  # the same number
+    ],
+)
+def test_merged_equalities_keep_every_condition(first, second, attributes, expected):
+    assert _merged_matches(first, second, attributes) is expected
+
+
 # --- to_sql semantics -----------------------------------------------------------------------------------------------
 
 
