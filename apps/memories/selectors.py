@@ -39,16 +39,18 @@ def memory_response(memory: Memory) -> dict:
     }
 
 
+# The hottest read: one statement on the partial unique index, without the ORM's query compilation.
+# Parameters: namespace, key, now. (bench/memories.py runs the same statement as its floor.)
+GET_MEMORY_SQL = (
+    "SELECT id, value_ciphertext, attributes, created_at, expires_at FROM memories "
+    "WHERE namespace = %s::text[] AND key = %s AND state = 'active' AND (expires_at IS NULL OR expires_at > %s)"
+)
+
+
 def get_memory(principal: Principal, *, namespace: list[str], key: str) -> dict:
     authorize(principal, "read", namespace, key)
-    # The hottest read: one statement on the partial unique index, without the ORM's query compilation.
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, value_ciphertext, attributes, created_at, expires_at FROM memories "
-            "WHERE namespace = %s::text[] AND key = %s AND state = 'active' "
-            "AND (expires_at IS NULL OR expires_at > %s)",
-            [namespace, key, timezone.now()],
-        )
+        cursor.execute(GET_MEMORY_SQL, [namespace, key, timezone.now()])
         row = cursor.fetchone()
     if row is None:
         raise errors.not_found("No active memory at that namespace and key.")
@@ -133,6 +135,40 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def namespaces_query(scope: Scope, suffix: list[str], max_depth: int | None) -> tuple[str, list[Any]]:
+    """The loose index scan of list_namespaces (bench/memories.py runs the same statement as its floor)."""
+    effective = scope.namespace_prefix
+    filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "m.attributes")
+    suffix_sql, suffix_params = filters.namespace_suffix_sql(suffix, "walk.ns")
+    depth = len(effective)
+    column = "walk.ns[1:%s]" if max_depth else "walk.ns"
+    column_params = [max_depth] if max_depth else []
+    # The visibility probe orders by the (namespace, key) index so the planner takes that index for an equality
+    # on namespace rather than the GIN index, which would visit every row of the namespace.
+    sql = f"""
+        WITH RECURSIVE walk(ns) AS (
+            (SELECT namespace FROM memories WHERE state = 'active' AND namespace >= %s::text[]
+             ORDER BY namespace LIMIT 1)
+            UNION ALL
+            SELECT (SELECT m.namespace FROM memories m WHERE m.state = 'active' AND m.namespace > walk.ns
+                    ORDER BY m.namespace LIMIT 1)
+            FROM walk WHERE walk.ns IS NOT NULL AND walk.ns[1:%s] = %s::text[]
+        )
+        SELECT DISTINCT {column} AS namespace FROM walk
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM memories m
+            WHERE m.namespace = walk.ns AND m.state = 'active'
+              AND (m.expires_at IS NULL OR m.expires_at > %s) AND {filter_sql}
+            ORDER BY m.namespace, m.key LIMIT 1
+        ) AS visible
+        WHERE walk.ns IS NOT NULL AND walk.ns[1:%s] = %s::text[] AND {suffix_sql}
+        ORDER BY namespace
+    """  # noqa: S608 - fragments come from code; values are bound parameters
+    params = [effective, depth, effective, *column_params, timezone.now(), *filter_params, depth, effective,
+              *suffix_params]
+    return sql, params
+
+
 def list_namespaces(
     principal: Principal, *, prefix: list[str], suffix: list[str], max_depth: int | None
 ) -> list[list[str]]:
@@ -140,43 +176,14 @@ def list_namespaces(
 
     ``SELECT DISTINCT`` would read every record in scope (tens of milliseconds at 10k memories, growing with the
     data). Instead a recursive query hops from one namespace to the next on the (namespace, key) index of active
-    versions: one index probe per distinct namespace, plus one EXISTS probe for "holds a visible record that
-    passes the filter". Namespaces under a prefix are contiguous in array order (compared element by element,
+    versions: one index probe per distinct namespace, plus one probe for "holds a visible record that passes the
+    filter". Namespaces under a prefix are contiguous in array order (compared element by element,
     whatever the collation), so the walk starts at the prefix and stops at the first namespace outside it.
     """
     scope = scope_for(principal, prefix, None)
-    effective = scope.namespace_prefix
-    filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "m.attributes")
-    suffix_sql, suffix_params = filters.namespace_suffix_sql(suffix, "walk.ns")
-    depth = len(effective)
-    column = "walk.ns[1:%s]" if max_depth else "walk.ns"
-    column_params = [max_depth] if max_depth else []
+    sql, params = namespaces_query(scope, suffix, max_depth)
     with connection.cursor() as cursor:
-        # The visibility probe orders by the (namespace, key) index so the planner takes that index for an
-        # equality on namespace rather than the GIN index, which would visit every row of the namespace.
-        cursor.execute(
-            f"""
-            WITH RECURSIVE walk(ns) AS (
-                (SELECT namespace FROM memories WHERE state = 'active' AND namespace >= %s::text[]
-                 ORDER BY namespace LIMIT 1)
-                UNION ALL
-                SELECT (SELECT m.namespace FROM memories m WHERE m.state = 'active' AND m.namespace > walk.ns
-                        ORDER BY m.namespace LIMIT 1)
-                FROM walk WHERE walk.ns IS NOT NULL AND walk.ns[1:%s] = %s::text[]
-            )
-            SELECT DISTINCT {column} AS namespace FROM walk
-            CROSS JOIN LATERAL (
-                SELECT 1 FROM memories m
-                WHERE m.namespace = walk.ns AND m.state = 'active'
-                  AND (m.expires_at IS NULL OR m.expires_at > %s) AND {filter_sql}
-                ORDER BY m.namespace, m.key LIMIT 1
-            ) AS visible
-            WHERE walk.ns IS NOT NULL AND walk.ns[1:%s] = %s::text[] AND {suffix_sql}
-            ORDER BY namespace
-            """,  # noqa: S608 - fragments come from code; values are bound parameters
-            [effective, depth, effective, *column_params, timezone.now(), *filter_params, depth, effective,
-             *suffix_params],
-        )
+        cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -1,0 +1,799 @@
+"""Benchmark of the memory endpoints over real HTTP, each next to its floor and the policy cost, in one run.
+
+For PUT (add and update), GET, DELETE, attribute search (whole subtree and one narrow namespace), namespaces and
+the events page, at each concurrency (default 1 and 16):
+
+* HTTP: the real server (gunicorn + uvicorn workers, as the Procfile starts it) on a private database holding
+  --memories memories for bob; threads with one keep-alive connection each.
+* floor: the same SQL statements in the same transaction shape through psycopg alone, same concurrency, same
+  database: what the request would cost with no HTTP, auth, policy, DRF, JSON or encryption around it.
+* policy: authz / attributes / filter evaluated in this process by the same engine the server uses.
+
+Absolute numbers move with the machine and whatever else runs on it; HTTP/floor ratios measured minutes apart in
+the same run move much less, which is why the two are always measured back to back. See bench/README.md.
+
+Run: ``.venv/bin/python bench/memories.py`` (or ``make bench-memories``); ``--quick`` for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import _harness as h
+
+BENCH_DB = "memory_service_bench"
+USER, PASSWORD = "bob", "bob"  # the built-in authz.rego lets bob write only under ["user", "bob", ...]
+ROOT = ["user", USER]
+# Floor writes go outside every prefix the HTTP reads use, so they never change what search/namespaces/events see.
+FLOOR_ROOT = ["floor", USER]
+DELETE_NS = [*ROOT, "bench-delete"]
+FLOOR_DELETE_NS = [*FLOOR_ROOT, "bench-delete"]
+AREAS = ("notes", "projects", "agents", "preferences", "journal")
+TOPICS_PER_AREA = 9  # 5 depth-3 namespaces + 45 depth-4 ones = 50
+NARROW_PREFIX = [*ROOT, "projects", "topic-3"]
+KINDS = ("fact", "preference", "episode", "instruction", "summary")
+WORDS = (
+    "agent user context memory project deadline meeting prefers concise answers python rust deploy review budget "
+    "travel kyoto coffee morning standup release notes customer feedback latency database index vector search "
+    "policy token window summary follow up schedule friday quarterly roadmap draft email tone formal casual"
+).split()
+ENVELOPE_OVERHEAD = 46  # bytes apps.core.crypto adds around a value (header, nonce, tag): floor ciphertext size
+
+
+# --- Arguments ----------------------------------------------------------------------------------------------------
+
+FULL = {"memories": 10_000, "requests": "500,2000", "policy_calls": 5000, "max_seconds": 20.0}
+QUICK = {"memories": 1000, "requests": "50,200", "policy_calls": 500, "max_seconds": 10.0}
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--web-workers", type=int, default=2, help="gunicorn --workers (default 2, as the Procfile)")
+    parser.add_argument("--concurrency", default="1,16", help="client threads per run, comma-separated (default 1,16)")
+    parser.add_argument(
+        "--requests",
+        help=f"requests per operation, one per --concurrency value (default {FULL['requests']}; quick {QUICK['requests']})",
+    )
+    parser.add_argument("--memories", type=int, help=f"memories loaded for bob (default {FULL['memories']})")
+    parser.add_argument("--max-seconds", type=float, help=f"time cap per measured run (default {FULL['max_seconds']:.0f})")
+    parser.add_argument("--load-timeout", type=float, default=900, help="time cap for loading the memories (default 900)")
+    parser.add_argument("--policy-calls", type=int, help=f"calls per policy rule (default {FULL['policy_calls']})")
+    parser.add_argument("--seed", type=int, default=1, help="data generator seed")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1k memories, few requests (about a minute)")
+    args = parser.parse_args(argv)
+    defaults = QUICK if args.quick else FULL
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.concurrency = [int(value) for value in str(args.concurrency).split(",")]
+    args.requests = [int(value) for value in str(args.requests).split(",")]
+    if len(args.requests) == 1:
+        args.requests *= len(args.concurrency)
+    if len(args.requests) != len(args.concurrency) or min(args.concurrency) < 1 or min(args.requests) < 1:
+        parser.error("--requests needs one positive count per --concurrency value")
+    if args.memories < sum(args.requests[:-1]) + args.concurrency[-1]:
+        parser.error("--memories must exceed the PUT requests of every concurrency but the last")
+    return args
+
+
+# --- Data ---------------------------------------------------------------------------------------------------------
+
+
+def namespaces(root: list[str]) -> list[list[str]]:
+    result = [[*root, area] for area in AREAS]
+    result += [[*root, area, f"topic-{topic}"] for area in AREAS for topic in range(TOPICS_PER_AREA)]
+    return result
+
+
+@dataclass(frozen=True)
+class Item:
+    namespace: list[str]
+    key: str
+
+    def query(self) -> str:
+        """The GET/DELETE query string: ns repeated once per segment, in order."""
+        return urllib.parse.urlencode([*(("ns", segment) for segment in self.namespace), ("key", self.key)])
+
+
+def make_items(root: list[str], count: int, prefix: str = "m") -> list[Item]:
+    spaces = namespaces(root)
+    return [Item(spaces[i % len(spaces)], f"{prefix}{i:06d}") for i in range(count)]
+
+
+def make_value(rng: random.Random, index: int) -> dict[str, Any]:
+    """200-500 bytes of JSON with a few varied fields, like an agent's note."""
+    text_words = rng.randint(20, 60)
+    return {
+        "text": " ".join(rng.choice(WORDS) for _ in range(text_words)),
+        "kind": rng.choice(KINDS),
+        "priority": rng.randint(1, 5),
+        "tags": rng.sample(WORDS, rng.randint(1, 4)),
+        "source": rng.choice(("chat", "email", "calendar", "tool")),
+        "n": index,
+    }
+
+
+def put_bodies(items: Sequence[Item], rng: random.Random) -> list[bytes]:
+    """Request bodies built before the clock starts, so client-side JSON work stays out of the measurement."""
+    return [
+        json.dumps({"namespace": item.namespace, "key": item.key, "value": make_value(rng, i)}).encode()
+        for i, item in enumerate(items)
+    ]
+
+
+# --- The floor: the service's SQL, replicated (apps/memories/services.py and selectors.py) ------------------------
+#
+# Written in the exact form Django generates, so check_sql_parity() can compare them statement by statement with
+# what the service sends; it warns in the report when services.py/selectors.py change and this drifts.
+
+_MEMORY_COLUMNS = (
+    '"memories"."id", "memories"."namespace", "memories"."key", "memories"."value_ciphertext", '
+    '"memories"."attributes", "memories"."indexed_content", "memories"."created_at", "memories"."expires_at", '
+    '"memories"."state", "memories"."ended_at", "memories"."index_status", "memories"."index_attempts", '
+    '"memories"."index_retry_at"'
+)
+
+
+def _ns_array(namespace: list[str]) -> str:
+    # Django's ArrayField exact lookup binds each segment: (ARRAY[%s, %s, ...])::text[].
+    return "(ARRAY[" + ", ".join(["%s"] * len(namespace)) + "])::text[]"
+
+
+def _lock_current_sql(namespace: list[str]) -> str:
+    return (
+        'SELECT "memories"."id", "memories"."attributes", "memories"."expires_at" FROM "memories" '
+        f'WHERE ("memories"."key" = %s AND "memories"."namespace" = {_ns_array(namespace)} '
+        'AND "memories"."state" = %s) ORDER BY "memories"."id" ASC LIMIT 1 FOR UPDATE'
+    )
+
+
+_CLOSE_VERSION_SQL = (
+    'UPDATE "memories" SET "state" = %s, "ended_at" = %s, "index_status" = CASE WHEN '
+    '("memories"."index_status" = %s) THEN %s ELSE "memories"."index_status" END WHERE "memories"."id" IN (%s)'
+)
+_INSERT_MEMORY_SQL = (
+    'INSERT INTO "memories" ("id", "namespace", "key", "value_ciphertext", "attributes", "indexed_content", '
+    '"created_at", "expires_at", "state", "ended_at", "index_status", "index_attempts", "index_retry_at") '
+    "VALUES (%s, %s::text[], %s, %s, %s, NULL, %s, NULL, %s, NULL, %s, %s, NULL)"
+)
+_EVENT_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+_INSERT_EVENT_SQL = (
+    'INSERT INTO "memory_events" ("id", "memory_id", "namespace", "key", "kind", "occurred_at", "value_ciphertext", '
+    '"attributes") VALUES (%s, %s, %s::text[], %s, %s, (clock_timestamp()), %s, %s) RETURNING "memory_events"."seq"'
+)
+
+
+@dataclass
+class Floor:
+    """The floor's statements. Scope (prefix + attribute filter) comes from the filter policy, evaluated once
+    up front by the same engine; the WHERE fragments from apps.memories.filters, the service's own compiler."""
+
+    event_lock: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    def put(self, conn: Any, item: Item, size: int) -> None:
+        import psycopg
+
+        # Like services.put_memory: two writers creating the same address race on the partial unique index; the
+        # loser retries once and then finds the winner's row.
+        try:
+            self._put_once(conn, item, size)
+        except psycopg.errors.UniqueViolation:
+            self._put_once(conn, item, size)
+
+    def _put_once(self, conn: Any, item: Item, size: int) -> None:
+        from psycopg.types.json import Jsonb
+
+        now = datetime.now(UTC)
+        with conn.transaction():
+            cur = conn.cursor()
+            row = cur.execute(_lock_current_sql(item.namespace), [item.key, *item.namespace, "active"]).fetchone()
+            kind = "add"
+            if row is not None:
+                cur.execute(_CLOSE_VERSION_SQL, ["superseded", now, "pending", "removed", row[0]])
+                kind = "update"
+            version_id = uuid.uuid4()
+            attributes = Jsonb(self.attributes)
+            cur.execute(
+                _INSERT_MEMORY_SQL,
+                [version_id, item.namespace, item.key, os.urandom(size), attributes, now, "active", "none", 0],
+            )
+            cur.execute(_EVENT_LOCK_SQL, [self.event_lock])
+            cur.execute(
+                _INSERT_EVENT_SQL,
+                [uuid.uuid4(), version_id, item.namespace, item.key, kind, os.urandom(size), attributes],
+            ).fetchone()
+
+    def delete(self, conn: Any, item: Item) -> None:
+        from psycopg.types.json import Jsonb
+
+        now = datetime.now(UTC)
+        with conn.transaction():
+            cur = conn.cursor()
+            row = cur.execute(_lock_current_sql(item.namespace), [item.key, *item.namespace, "active"]).fetchone()
+            if row is None:
+                return
+            cur.execute(_CLOSE_VERSION_SQL, ["deleted", now, "pending", "removed", row[0]])
+            cur.execute(_EVENT_LOCK_SQL, [self.event_lock])
+            cur.execute(
+                _INSERT_EVENT_SQL, [uuid.uuid4(), row[0], item.namespace, item.key, "delete", None, Jsonb(row[1])]
+            ).fetchone()
+
+    def get(self, conn: Any, item: Item) -> Any:
+        from apps.memories import selectors
+
+        # The service's own statement, run through psycopg alone.
+        return conn.cursor().execute(selectors.GET_MEMORY_SQL, [item.namespace, item.key, datetime.now(UTC)]).fetchone()
+
+    @staticmethod
+    def scope_where(scope: Any, table: str, *, visible: bool) -> tuple[str, list[Any]]:
+        """selectors._visible_where (visible=True) or the events WHERE (prefix + attribute filter)."""
+        from apps.memories import filters
+
+        prefix_sql, prefix_params = filters.namespace_prefix_sql(scope.namespace_prefix, f"{table}.namespace")
+        filter_sql, filter_params = filters.to_sql(scope.attribute_filter, f"{table}.attributes")
+        if not visible:
+            return f"{prefix_sql} AND {filter_sql}", [*prefix_params, *filter_params]
+        sql = (
+            f"{table}.state = 'active' AND ({table}.expires_at IS NULL OR {table}.expires_at > %s) "
+            f"AND {prefix_sql} AND {filter_sql}"
+        )
+        return sql, [datetime.now(UTC), *prefix_params, *filter_params]
+
+    def search(self, conn: Any, scope: Any, limit: int = 10) -> list[Any]:
+        where, params = self.scope_where(scope, "m", visible=True)
+        return conn.cursor().execute(
+            "SELECT m.id, m.namespace, m.key, m.value_ciphertext, m.attributes, m.created_at "
+            f"FROM memories m WHERE {where} ORDER BY m.created_at DESC, m.id DESC LIMIT %s OFFSET %s",
+            [*params, limit, 0],
+        ).fetchall()
+
+    def namespaces(self, conn: Any, scope: Any, max_depth: int) -> list[Any]:
+        from apps.memories import selectors
+
+        # The service's own loose-index-scan statement, run through psycopg alone.
+        sql, params = selectors.namespaces_query(scope, [], max_depth)
+        return conn.cursor().execute(sql, params).fetchall()
+
+    def events(self, conn: Any, scope: Any, after_seq: int, limit: int = 50) -> list[Any]:
+        where, params = self.scope_where(scope, "e", visible=False)
+        return conn.cursor().execute(
+            "SELECT e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes "
+            f"FROM memory_events e WHERE {where} AND e.seq > %s ORDER BY e.seq LIMIT %s",
+            [*params, after_seq, limit],
+        ).fetchall()
+
+
+def bulk_insert_targets(
+    database_url: str, items: Sequence[Item], attributes: dict[str, Any], *, encrypt: bool
+) -> None:
+    """Active rows for DELETE to remove, inserted directly (untimed): a second instead of a minute of PUTs on a
+    2-core machine. With ``encrypt`` the value is sealed exactly as the service does it (same key ring, read from
+    DATA_DIR), so the rows stay valid for anything that reads them; the floor's own rows get random bytes."""
+    from psycopg.types.json import Jsonb
+
+    from apps.core import crypto
+    from apps.memories import services
+
+    now = datetime.now(UTC)
+    value = json.dumps({"text": "to be deleted " * 20}, separators=(",", ":")).encode()
+    rows = []
+    for item in items:
+        version_id = uuid.uuid4()
+        ciphertext = (
+            crypto.encrypt(value, purpose=services.VALUE_PURPOSE, row_id=str(version_id))
+            if encrypt
+            else os.urandom(len(value) + ENVELOPE_OVERHEAD)
+        )
+        rows.append([version_id, item.namespace, item.key, ciphertext, Jsonb(attributes), now, "active", "none", 0])
+    with h.floor_connection(database_url) as conn, conn.transaction(), conn.cursor() as cur:
+        cur.executemany(_INSERT_MEMORY_SQL, rows)
+
+
+# --- The benchmark ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    operation: str
+    concurrency: int
+    http: h.RunResult
+    floor: h.RunResult
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    database_url: str
+    server: h.WebServer
+    token: str
+    principal: Any
+    cpu: h.CpuMeter
+    floor: Floor
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def session(self) -> h.HttpSession:
+        return h.HttpSession(self.server.host, self.server.port, self.headers)
+
+    def _worker_factory(self, kind: str, call: Callable[[Any, int], None]) -> Callable[[int], h.Worker]:
+        def make(_index: int) -> h.Worker:
+            if kind == "HTTP":
+                return h.HttpWorker(self.server.base_url, self.headers, call)
+            return h.PgWorker(self.database_url, call)
+
+        return make
+
+    def run(
+        self,
+        label: str,
+        concurrency: int,
+        requests: int,
+        http_call: Callable[[h.HttpSession, int], None] | None,
+        floor_call: Callable[[Any, int], None] | None,
+        *,
+        max_seconds: float | None = None,
+        floor_requests: int | None = None,
+    ) -> tuple[h.RunResult | None, h.RunResult | None]:
+        """HTTP then floor, back to back, so both see the same machine; any failure stops the benchmark."""
+        seconds = max_seconds or self.args.max_seconds
+        results: list[h.RunResult | None] = []
+        for kind, call, count in (("HTTP", http_call, requests), ("floor", floor_call, floor_requests or requests)):
+            if call is None:
+                results.append(None)
+                continue
+            result = h.run_load(
+                f"{label} {kind}", self._worker_factory(kind, call), concurrency=concurrency, requests=count, max_seconds=seconds, cpu=self.cpu
+            )
+            h.log(
+                f"{label:<22} c{concurrency:<3} {kind:<5} n={result.completed:<6} p50={result.ms(50):7.2f} ms "
+                f"p99={result.ms(99):7.2f} ms {result.throughput:8.1f}/s{'  (time cap hit)' if result.timed_out else ''}"
+            )
+            if result.errors:
+                raise h.BenchError(
+                    f"{label} c{concurrency} {kind}: {result.errors} failed call(s), e.g.\n  "
+                    + "\n  ".join(result.error_samples)
+                )
+            results.append(result)
+        http_result, floor_result = results
+        if http_result is not None and floor_result is not None:
+            self.rows.append(Row(label, concurrency, http_result, floor_result))
+        return http_result, floor_result
+
+
+def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
+    """Run each operation once through the service's own code (in this process, captured) and once through the
+    floor (traced), on a scratch user, and compare statement by statement. Returns the differences."""
+    from apps.core import pagination
+    from apps.core.auth.principal import Principal
+    from apps.memories import selectors, services
+
+    user = "bench-parity"
+    principal = Principal(user_id=user, client_id=None, roles=("user",), raw_claims={"sub": user})
+    item = Item(["user", user, "p"], "k")
+    # The floor writes random bytes as ciphertext: keep them out of the subtree the service decrypts from.
+    floor_item = Item(["floor", user, "p"], "k")
+    traced: list[str] = []
+    conn = h.floor_connection(database_url, h.tracing_cursor_class(traced))
+    parity_floor = Floor(floor.event_lock, {"namespace": "user", "sub": user})
+    scope = selectors.scope_for(principal, ["user", user], None)
+    cursor = pagination.encode_cursor(0, uuid.uuid4())
+    checks: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
+        ("PUT add", lambda: services.put_memory(principal, namespace=item.namespace, key=item.key, value={"a": 1}),
+         lambda: parity_floor.put(conn, floor_item, 64)),
+        ("PUT update", lambda: services.put_memory(principal, namespace=item.namespace, key=item.key, value={"a": 2}),
+         lambda: parity_floor.put(conn, floor_item, 64)),
+        (("GET",), lambda: selectors.get_memory(principal, namespace=item.namespace, key=item.key),
+         lambda: parity_floor.get(conn, item)),
+        ("search", lambda: selectors.search_by_attributes(principal, namespace_prefix=["user", user], filter=None,
+                                                          limit=10, offset=0),
+         lambda: parity_floor.search(conn, scope)),
+        (("namespaces", "events page"), lambda: selectors.list_namespaces(principal, prefix=[], suffix=[], max_depth=3),
+         lambda: parity_floor.namespaces(conn, scope, 3)),
+        ("events", lambda: selectors.list_events(principal, selectors.EventQuery([], None, None, None, cursor, 50)),
+         lambda: parity_floor.events(conn, scope, 0)),
+        (("DELETE",), lambda: services.delete_memory(principal, namespace=item.namespace, key=item.key),
+         lambda: parity_floor.delete(conn, floor_item)),
+    ]
+    problems = []
+    try:
+        for name, service_call, floor_call in checks:
+            statements = h.django_statements(service_call)
+            traced.clear()
+            floor_call()
+            difference = h.compare_statements(statements, traced)
+            if difference:
+                problems.append(f"{name}: {difference}")
+    finally:
+        conn.close()
+    return problems
+
+
+def load_and_put_add(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: list[Item]) -> int:
+    """Loading the data set is the PUT (add) measurement: the first runs at each lower concurrency take their
+    --requests count, the last concurrency loads the rest. Returns how many floor items exist afterwards."""
+    args = bench.args
+    start, floor_start = 0, 0
+    for position, (concurrency, requests) in enumerate(zip(args.concurrency, args.requests, strict=True)):
+        last = position == len(args.concurrency) - 1
+        count = len(items) - start if last else requests
+        base, floor_base = start, floor_start
+
+        def http_call(session: h.HttpSession, i: int, base: int = base) -> None:
+            session.request("PUT", "/v1/memories", bodies[base + i])
+
+        def floor_call(conn: Any, i: int, floor_base: int = floor_base) -> None:
+            bench.floor.put(conn, floor_items[floor_base + i], len(bodies[i % len(bodies)]) + ENVELOPE_OVERHEAD)
+
+        http_result, floor_result = bench.run(
+            "PUT (add)", concurrency, count, http_call, floor_call,
+            max_seconds=args.load_timeout if last else None, floor_requests=requests,
+        )
+        assert http_result is not None and floor_result is not None
+        if last and http_result.completed < count:
+            raise h.BenchError(f"loaded only {start + http_result.completed} of {len(items)} memories in time")
+        start += http_result.completed
+        floor_start += floor_result.completed
+    return floor_start
+
+
+def sanity_check_get(bench: Bench, items: list[Item], bodies: list[bytes]) -> None:
+    session = bench.session()
+    try:
+        for index in (0, len(items) // 2, len(items) - 1):
+            got = session.json("GET", f"/v1/memories?{items[index].query()}")
+            if got["value"] != json.loads(bodies[index])["value"]:
+                raise h.BenchError(f"GET {items[index]} returned another value than was PUT")
+    finally:
+        session.close()
+
+
+def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: list[Item]) -> None:
+    args, floor = bench.args, bench.floor
+    from apps.core import pagination
+    from apps.memories import selectors
+
+    rng = random.Random(args.seed + 1)
+    floor_existing = load_and_put_add(bench, items, bodies, floor_items)
+    sanity_check_get(bench, items, bodies)
+    order = list(range(len(items)))
+    rng.shuffle(order)  # GET/PUT-update targets: every request a different key (as far as they go)
+
+    # GET: same random keys for HTTP and floor.
+    for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
+        bench.run(
+            "GET", concurrency, requests,
+            lambda s, i: s.request("GET", f"/v1/memories?{items[order[i % len(order)]].query()}"),
+            lambda c, i: floor.get(c, items[order[i % len(order)]]),
+        )
+
+    # Attribute search: the whole subtree and one narrow namespace (~1/50 of the rows).
+    for label, prefix in (("search (user/bob)", ROOT), ("search (narrow prefix)", NARROW_PREFIX)):
+        body = json.dumps({"namespace_prefix": prefix, "limit": 10}).encode()
+        scope = selectors.scope_for(bench.principal, prefix, None)
+        session = bench.session()
+        http_ids = [item["id"] for item in json.loads(session.request("POST", "/v1/memories/search", body)[1])["items"]]
+        session.close()
+        with h.floor_connection(bench.database_url) as conn:
+            floor_ids = [str(row[0]) for row in floor.search(conn, scope)]
+        if len(http_ids) != 10 or http_ids != floor_ids:
+            raise h.BenchError(f"{label}: HTTP returned {http_ids}, the floor query {floor_ids}")
+        for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
+            bench.run(
+                label, concurrency, requests,
+                lambda s, i, b=body: s.request("POST", "/v1/memories/search", b),
+                lambda c, i, sc=scope: floor.search(c, sc),
+            )
+
+    # Namespaces, truncated to depth 3 (the five areas).
+    scope = selectors.scope_for(bench.principal, [], None)
+    session = bench.session()
+    http_namespaces = session.json("GET", "/v1/memories/namespaces?max_depth=3")["namespaces"]
+    session.close()
+    with h.floor_connection(bench.database_url) as conn:
+        floor_namespaces = [list(row[0]) for row in floor.namespaces(conn, scope, 3)]
+    if http_namespaces != floor_namespaces or len(http_namespaces) != len(AREAS):
+        raise h.BenchError(f"namespaces: HTTP returned {http_namespaces}, the floor query {floor_namespaces}")
+    for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
+        bench.run(
+            "namespaces", concurrency, requests,
+            lambda s, i: s.request("GET", "/v1/memories/namespaces?max_depth=3"),
+            lambda c, i: floor.namespaces(c, scope, 3),
+        )
+
+    # Events: a page of 50 from the middle of bob's timeline.
+    with h.floor_connection(bench.database_url) as conn:
+        total = conn.execute("SELECT count(*) FROM memory_events WHERE namespace[1:2] = %s::text[]", [ROOT]).fetchone()
+        middle = conn.execute(
+            "SELECT seq, id FROM memory_events WHERE namespace[1:2] = %s::text[] ORDER BY seq OFFSET %s LIMIT 1",
+            [ROOT, total[0] // 2],
+        ).fetchone()
+        floor_events = [str(row[1]) for row in floor.events(conn, scope, middle[0])]
+    cursor = pagination.encode_cursor(middle[0], middle[1])
+    events_path = f"/v1/memories/events?{urllib.parse.urlencode({'limit': 50, 'after_cursor': cursor})}"
+    session = bench.session()
+    http_events = [event["id"] for event in session.json("GET", events_path)["events"]]
+    session.close()
+    if http_events != floor_events or len(http_events) != 50:
+        raise h.BenchError(f"events: HTTP returned {len(http_events)} events, the floor query {len(floor_events)}")
+    for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
+        bench.run(
+            "events page", concurrency, requests,
+            lambda s, i: s.request("GET", events_path),
+            lambda c, i: floor.events(c, scope, middle[0]),
+        )
+
+    # PUT (update): new values for existing keys (HTTP: the data set; floor: its own earlier adds).
+    update_rng = random.Random(args.seed + 2)
+    update_bodies = [
+        json.dumps({"namespace": items[order[i % len(order)]].namespace, "key": items[order[i % len(order)]].key,
+                    "value": make_value(update_rng, i)}).encode()
+        for i in range(sum(args.requests))
+    ]
+    floor_order = list(range(floor_existing))
+    update_rng.shuffle(floor_order)
+    offset = 0
+    for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
+        base = offset
+        bench.run(
+            "PUT (update)", concurrency, requests,
+            lambda s, i, b=base: s.request("PUT", "/v1/memories", update_bodies[b + i]),
+            lambda c, i, b=base: floor.put(
+                c, floor_items[floor_order[(b + i) % len(floor_order)]], len(update_bodies[b + i]) + ENVELOPE_OVERHEAD
+            ),
+        )
+        offset += requests
+
+    # DELETE: keys created for it (untimed), each deleted once.
+    targets = [Item(DELETE_NS, f"d{i:06d}") for i in range(sum(args.requests))]
+    floor_targets = [Item(FLOOR_DELETE_NS, f"d{i:06d}") for i in range(sum(args.requests))]
+    bulk_insert_targets(bench.database_url, targets, {"namespace": "user", "sub": USER}, encrypt=True)
+    bulk_insert_targets(bench.database_url, floor_targets, floor.attributes, encrypt=False)
+    offset = 0
+    for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
+        base = offset
+        bench.run(
+            "DELETE", concurrency, requests,
+            lambda s, i, b=base: s.request("DELETE", f"/v1/memories?{targets[b + i].query()}"),
+            lambda c, i, b=base: floor.delete(c, floor_targets[b + i]),
+        )
+        offset += requests
+    session = bench.session()
+    status, _ = session.request("GET", f"/v1/memories?{targets[0].query()}", expect_2xx=False)
+    session.close()
+    if status != 404:
+        raise h.BenchError(f"a deleted key still answers {status} to GET")
+
+
+# --- Policy -------------------------------------------------------------------------------------------------------
+
+
+def measure_policy(args: argparse.Namespace, principal: Any) -> list[dict[str, Any]]:
+    """Per-call cost of the three rules in this process, with the inputs the services build."""
+    from apps.core.policy import get_engine, policy_context
+
+    engine = get_engine()
+    context = policy_context(principal)
+    rng = random.Random(args.seed + 3)
+    namespace, key, value = [*ROOT, "projects", "topic-3"], "m000123", make_value(rng, 123)
+    # (rule, the operations whose requests evaluate it, a call with the input the service builds)
+    cases: list[tuple[str, tuple[str, ...], Callable[[], Any]]] = [
+        ("authz (write)", ("PUT (add)", "PUT (update)"), lambda: engine.authorize(
+            {"operation": "write", "namespace": namespace, "key": key, "value": value, "index": {}, "context": context})),
+        ("attributes", ("PUT (add)", "PUT (update)"), lambda: engine.attributes(
+            {"namespace": namespace, "key": key, "value": value, "index": {}, "context": context})),
+        ("authz (read)", ("GET",), lambda: engine.authorize(
+            {"operation": "read", "namespace": namespace, "key": key, "context": context})),
+        ("authz (delete)", ("DELETE",), lambda: engine.authorize(
+            {"operation": "delete", "namespace": namespace, "key": key, "context": context})),
+        ("filter (prefix user/bob)", ("search (user/bob)", "search (narrow prefix)"), lambda: engine.filter(
+            {"namespace_prefix": ROOT, "filter": {}, "context": context})),
+        ("filter (no prefix)", ("namespaces", "events page"), lambda: engine.filter(
+            {"namespace_prefix": [], "filter": {}, "context": context})),
+    ]
+    if not engine.authorize({"operation": "write", "namespace": namespace, "key": key, "context": context}).allow:
+        raise h.BenchError("the policy denies bob's own write: is a custom SERVICE_POLICY_DIR set?")
+    rows = []
+    for rule, used_by, call in cases:
+        samples = sorted(h.time_calls(call, calls=args.policy_calls, max_seconds=args.max_seconds))
+        rows.append(
+            {
+                "rule": rule,
+                "used_by": list(used_by),
+                "calls": len(samples),
+                "p50_us": round(h.percentile(samples, 50) * 1e6, 1),
+                "p95_us": round(h.percentile(samples, 95) * 1e6, 1),
+            }
+        )
+        h.log(f"policy {rule:<26} p50={rows[-1]['p50_us']:8.1f} µs  p95={rows[-1]['p95_us']:8.1f} µs")
+    return rows
+
+
+# --- Report -------------------------------------------------------------------------------------------------------
+
+
+def _count(result: h.RunResult) -> str:
+    return f"{result.completed}*" if result.timed_out else str(result.completed)
+
+
+def _share(policy_row: dict[str, Any], rows: list[Row]) -> str:
+    """How much of the first using operation's single-client HTTP p50 this one rule evaluation is."""
+    candidates = [row for row in rows if row.operation == policy_row["used_by"][0]]
+    if not candidates:
+        return "-"
+    row = min(candidates, key=lambda r: r.concurrency)
+    return h.fmt(100 * policy_row["p50_us"] / 1000 / row.http.ms(50), 1) + "%"
+
+
+def report(
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    rows: list[Row],
+    policy: list[dict[str, Any]],
+    notes: list[str],
+) -> str:
+    out = [f"# Memory endpoints benchmark ({info['date']})", ""]
+    out.append(h.markdown_table(["", ""], [[k, v] for k, v in info.items() if k != "date"], align="ll"))
+    out += ["", f"Command: `{h.command_line()}`", ""]
+    out.append(
+        h.markdown_table(
+            ["operation", "concurrency", "n HTTP / floor", "HTTP p50 / p95 / p99 ms", "HTTP req/s",
+             "floor p50 / p95 / p99 ms", "floor ops/s", "p50 ratio (HTTP/floor)"],
+            [
+                [
+                    row.operation, row.concurrency, f"{_count(row.http)} / {_count(row.floor)}",
+                    " / ".join(h.fmt(row.http.ms(q)) for q in (50, 95, 99)), h.fmt(row.http.throughput, 0),
+                    " / ".join(h.fmt(row.floor.ms(q), 3) for q in (50, 95, 99)), h.fmt(row.floor.throughput, 0),
+                    h.fmt(row.http.ms(50) / row.floor.ms(50), 1) + "x",
+                ]
+                for row in rows
+            ],
+            align="lrrrrrrr",
+        )
+    )
+    if policy:
+        out += ["", "Policy evaluation in-process (same engine and policies as the server, per call):", ""]
+        out.append(
+            h.markdown_table(
+                ["rule", "evaluated by", "p50 µs", "p95 µs", "calls", "p50 as % of HTTP p50 (c1)"],
+                [
+                    [p["rule"], ", ".join(p["used_by"]), h.fmt(p["p50_us"], 1), h.fmt(p["p95_us"], 1), p["calls"],
+                     _share(p, rows)]
+                    for p in policy
+                ],
+                align="llrrrr",
+            )
+        )
+    out += ["", "CPU during each run, % of one core (client = this process; web = gunicorn + workers; pg = all of PostgreSQL):", ""]
+    out.append(
+        h.markdown_table(
+            ["operation", "concurrency", "HTTP: client / web / pg", "floor: client / pg"],
+            [
+                [
+                    row.operation, row.concurrency,
+                    " / ".join(h.fmt(row.http.cpu_percent.get(k), 0) for k in ("client", "web", "postgres")),
+                    " / ".join(h.fmt(row.floor.cpu_percent.get(k), 0) for k in ("client", "postgres")),
+                ]
+                for row in rows
+            ],
+            align="lrrr",
+        )
+    )
+    if any(row.http.timed_out or row.floor.timed_out for row in rows):
+        notes = [*notes, "n marked * stopped at the time cap (--max-seconds) before its --requests count."]
+    if notes:
+        out += ["", *[f"- {note}" for note in notes]]
+    return "\n".join(out)
+
+
+# --- Main ---------------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    h.install_sigterm_handler()
+    started = time.monotonic()
+    server_url = h.embedded_postgres_url()
+    database_url = h.recreate_database(server_url, BENCH_DB)
+    h.log(f"database {BENCH_DB} created")
+    h.migrate(database_url)
+    h.setup_django(database_url)
+
+    from apps.core.auth.principal import Principal
+    from apps.core.policy import get_engine
+    from apps.memories import services
+
+    # The floor takes the same advisory lock the service does (a private constant: one source of truth).
+    floor = Floor(event_lock=services._EVENT_ORDER_LOCK, attributes={"namespace": FLOOR_ROOT[0], "sub": USER})
+    notes: list[str] = []
+    problems = check_sql_parity(database_url, floor)
+    if problems:
+        notes.append("WARNING: the floor SQL no longer matches the service's (update bench/memories.py):")
+        notes += [f"  {problem}" for problem in problems]
+        for problem in problems:
+            h.log(f"SQL parity: {problem}")
+    else:
+        notes.append("SQL parity: the floor sends the same statements as the service for every operation (checked this run).")
+
+    rng = random.Random(args.seed)
+    items = make_items(ROOT, args.memories)
+    bodies = put_bodies(items, rng)
+    floor_items = make_items(FLOOR_ROOT, sum(args.requests), prefix="f")
+    info: dict[str, Any] = {}
+    rows: list[Row] = []
+    policy: list[dict[str, Any]] = []
+    failure: str | None = None
+    log_path = h.RESULTS_DIR / "memories-server.log"
+    try:
+        with h.web_server(database_url, workers=args.web_workers, log_path=log_path) as server:
+            token = h.mint_token(server.base_url, USER, PASSWORD)
+            claims = h.unverified_claims(token)
+            principal = Principal(user_id=USER, client_id=None, roles=tuple(claims.get("roles", ())), raw_claims=claims)
+            cpu = h.CpuMeter({"web": server.process.pid, "postgres": h.postmaster_pid()})
+            info = h.machine_info(
+                database_url, web_workers=args.web_workers, wsgi_threads_per_worker=os.environ.get("WSGI_THREADS", "16"),
+                policy_engine=type(get_engine()).__name__, memories=args.memories,
+                namespaces=len(namespaces(ROOT)),
+            )
+            bench = Bench(args, database_url, server, token, principal, cpu, floor)
+            # Warm every worker thread's DB connection and the policy engine before anything is timed.
+            h.run_load(
+                "warm-up",
+                lambda _i: h.HttpWorker(server.base_url, bench.headers, lambda s, i: s.request(
+                    "GET", f"/v1/memories?{Item([*ROOT, 'warm'], str(i)).query()}", expect_2xx=False)),
+                concurrency=max(args.concurrency), requests=20 * max(args.concurrency), max_seconds=30,
+            )
+            try:
+                measure(bench, items, bodies, floor_items)
+            except h.BenchError as exc:
+                failure = str(exc)
+            rows = bench.rows
+            policy = measure_policy(args, principal)
+    except KeyboardInterrupt:
+        h.log("interrupted; server stopped")
+        return 130
+    info["load_avg_at_end"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    info["duration_s"] = round(time.monotonic() - started)
+    text = report(args, info, rows, policy, notes)
+    print(text)
+    path = h.write_json(
+        "memories",
+        {
+            "command": h.command_line(),
+            "machine": info,
+            "args": {k: v for k, v in vars(args).items()},
+            "rows": [{"operation": r.operation, "concurrency": r.concurrency, "http": r.http.summary(),
+                      "floor": r.floor.summary()} for r in rows],
+            "policy": policy,
+            "notes": notes,
+            "failure": failure,
+        },
+    )
+    h.log(f"results written to {path.relative_to(h.REPO_ROOT)}; server log {log_path.relative_to(h.REPO_ROOT)}")
+    if failure:
+        print(f"\nFAILED: {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main(sys.argv[1:]))
+    except h.BenchError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
