@@ -77,16 +77,67 @@ def nearest_memories(
 ) -> list[Neighbour]:
     """The ``count`` nearest distinct memories (best field per memory), inside the scope, not expired.
 
-    HNSW returns vectors, several per memory, so it is asked for more than ``count`` and the request widens
-    until ``count`` memories are found or the scope is exhausted. pgvector's iterative scan keeps walking the
-    graph while the WHERE clause (a selective namespace or attribute filter) rejects candidates, so a narrow
-    scope still fills the page instead of returning the few survivors of the first ef_search candidates.
+    Two plans, chosen by the size of the scope:
+
+    * a small scope (at most MEMORY_VECTOR_EXACT_SCAN_THRESHOLD vectors, counted with a bounded probe on the GIN
+      indexes) is ranked exactly: every vector in scope is compared. Walking the HNSW graph for a selective
+      filter visits far more candidates than the scope holds, so exact is both faster and has recall 1;
+    * a large scope walks HNSW with pgvector's iterative scan, which keeps going while the WHERE clause rejects
+      candidates. HNSW returns vectors, several per memory, so it is asked for more than ``count`` and the
+      request widens until ``count`` memories are found or the scope is exhausted.
     """
     dimension = int(provider.dimension)
     ensure_index(dimension)
     prefix_sql, prefix_params = filters.namespace_prefix_sql(namespace_prefix, "v.namespace")
     filter_sql, filter_params = filters.to_sql(attribute_filter, "v.attributes")
+    scope_sql = (
+        f"vector_dims(v.embedding) = {dimension} AND v.model = %s "
+        f"AND (v.expires_at IS NULL OR v.expires_at > now()) AND {prefix_sql} AND {filter_sql}"
+    )
+    scope_params = [model_tag(provider), *prefix_params, *filter_params]
     vector_literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
+    threshold = int(settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD)
+    if threshold > 0 and _scope_size(scope_sql, scope_params, threshold) <= threshold:
+        return _exact(dimension, vector_literal, scope_sql, scope_params, count)
+    return _approximate(dimension, vector_literal, scope_sql, scope_params, count)
+
+
+def _scope_size(scope_sql: str, scope_params: list[Any], threshold: int) -> int:
+    """How many vectors are in scope, counting no further than threshold + 1."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM memory_vectors v WHERE {scope_sql} LIMIT %s) AS s",  # noqa: S608
+            [*scope_params, threshold + 1],
+        )
+        return int(cursor.fetchone()[0])
+
+
+_RANKED = """
+    SELECT memory_id, min(distance) AS best, count(*) AS vectors
+    FROM candidates GROUP BY memory_id ORDER BY best, memory_id
+"""
+
+
+def _exact(dimension: int, vector_literal: str, scope_sql: str, scope_params: list[Any], count: int) -> list[Neighbour]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The HNSW index must not be used here: the point is to compare every vector in the (small) scope.
+        cursor.execute("SET LOCAL enable_indexscan = off")
+        cursor.execute(
+            f"""
+            WITH candidates AS MATERIALIZED (
+                SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
+                FROM memory_vectors v WHERE {scope_sql}
+            )
+            {_RANKED} LIMIT %s
+            """,  # noqa: S608 - identifiers come from code; values are bound parameters
+            [vector_literal, *scope_params, count],
+        )
+        return [Neighbour(memory_id, float(best)) for memory_id, best, _vectors in cursor.fetchall()]
+
+
+def _approximate(
+    dimension: int, vector_literal: str, scope_sql: str, scope_params: list[Any], count: int
+) -> list[Neighbour]:
     fetch = max(count * 4, 40)
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
@@ -96,17 +147,13 @@ def nearest_memories(
                 f"""
                 WITH candidates AS MATERIALIZED (
                     SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
-                    FROM memory_vectors v
-                    WHERE vector_dims(v.embedding) = {dimension} AND v.model = %s
-                      AND (v.expires_at IS NULL OR v.expires_at > now())
-                      AND {prefix_sql} AND {filter_sql}
+                    FROM memory_vectors v WHERE {scope_sql}
                     ORDER BY distance
                     LIMIT %s
                 )
-                SELECT memory_id, min(distance) AS best, count(*) AS vectors
-                FROM candidates GROUP BY memory_id ORDER BY best, memory_id
+                {_RANKED}
                 """,  # noqa: S608 - identifiers come from code; values are bound parameters
-                [vector_literal, model_tag(provider), *prefix_params, *filter_params, fetch],
+                [vector_literal, *scope_params, fetch],
             )
             rows = cursor.fetchall()
         candidates = sum(vectors for _memory_id, _best, vectors in rows)

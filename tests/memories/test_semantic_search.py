@@ -41,7 +41,14 @@ def bob(client_for):
     return client_for("bob")
 
 
-def test_results_are_ranked_with_scores_in_unit_interval(bob):
+@pytest.fixture(params=["exact", "hnsw"])
+def plan(request, settings):
+    """Run a test under both search plans: small scopes are ranked exactly; threshold 0 forces the HNSW walk."""
+    settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = 2000 if request.param == "exact" else 0
+    return request.param
+
+
+def test_results_are_ranked_with_scores_in_unit_interval(bob, plan):
     put(bob, "pasta", "cooking pasta with tomato sauce and basil")
     put(bob, "stocks", "the stock market fell sharply on inflation fears")
     put(bob, "soccer", "the soccer final ended with a late goal")
@@ -67,7 +74,7 @@ def test_unindexed_memories_never_appear(bob):
     assert Memory.objects.get(key="no-index").index_status == IndexStatus.NONE
 
 
-def test_offset_and_limit_apply_to_the_ranked_list(bob):
+def test_offset_and_limit_apply_to_the_ranked_list(bob, plan):
     for index in range(6):
         put(bob, f"k{index}", f"apples oranges {'pears ' * index}")
     indexer.run_cycle()
@@ -77,7 +84,7 @@ def test_offset_and_limit_apply_to_the_ranked_list(bob):
     assert [item["key"] for item in page] == [item["key"] for item in full[2:4]]
 
 
-def test_best_field_counts_and_a_memory_appears_once(bob):
+def test_best_field_counts_and_a_memory_appears_once(bob, plan):
     put(bob, "multi", "x", index={"title": "quantum physics lecture", "body": "notes about cooking"})
     put(bob, "other", "y", index={"title": "cooking dinner tonight"})
     indexer.run_cycle()
@@ -87,7 +94,7 @@ def test_best_field_counts_and_a_memory_appears_once(bob):
     assert items[0]["key"] == "multi"
 
 
-def test_delete_hides_at_once_and_vectors_go_on_next_cycle(bob):
+def test_delete_hides_at_once_and_vectors_go_on_next_cycle(bob, plan):
     put(bob, "gone", "volcano eruption in iceland")
     indexer.run_cycle()
     assert search(bob, "volcano eruption")[0]["key"] == "gone"
@@ -127,7 +134,7 @@ def test_update_replaces_the_vectors(bob):
     assert set(MemoryVector.objects.values_list("memory_id", flat=True)) == {active.id}
 
 
-def test_selective_prefix_still_fills_the_page(bob):
+def test_selective_prefix_still_fills_the_page(bob, plan):
     # Many near matches outside the narrow prefix must not crowd out the few inside it.
     for index in range(120):
         put(bob, f"crowd{index}", "ocean waves and surfing", namespace=["user", "bob", "crowd"])
@@ -139,7 +146,7 @@ def test_selective_prefix_still_fills_the_page(bob):
     assert sorted(item["key"] for item in items) == ["rare0", "rare1", "rare2"]
 
 
-def test_selective_attribute_filter_still_fills_the_page(client_for, settings, tmp_path):
+def test_selective_attribute_filter_still_fills_the_page(client_for, settings, tmp_path, plan):
     (tmp_path / "attributes.rego").write_text(
         "package memories.attributes\nimport rego.v1\n"
         'attributes := {"namespace": input.namespace[0], "sub": input.namespace[1], "kind": input.value.kind}\n'
@@ -158,7 +165,7 @@ def test_selective_attribute_filter_still_fills_the_page(client_for, settings, t
     assert sorted(item["key"] for item in items) == ["r0", "r1"]
 
 
-def test_non_admin_semantic_search_is_scoped_to_own_subtree(client_for):
+def test_non_admin_semantic_search_is_scoped_to_own_subtree(client_for, plan):
     bob, charlie, alice = client_for("bob"), client_for("charlie"), client_for("alice")
     put(bob, "b", "secret recipe for chocolate cake")
     put(charlie, "c", "secret recipe for chocolate cake", namespace=["user", "charlie", "notes"])
@@ -302,3 +309,17 @@ def test_real_model_ranks_a_paraphrase_first(bob, settings):
     assert items[0]["key"] == "finance"
     items = search(bob, "football game result")
     assert items[0]["key"] == "sport"
+
+
+@pytest.mark.parametrize(("threshold", "expected_setting"), [(2000, "enable_indexscan = off"), (2, "hnsw.iterative_scan")])
+def test_plan_follows_the_scope_size(bob, settings, threshold, expected_setting):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for index in range(3):
+        put(bob, f"k{index}", f"harbour lights {index}")
+    indexer.run_cycle()
+    settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = threshold
+    with CaptureQueriesContext(connection) as queries:
+        assert len(search(bob, "harbour lights")) == 3
+    assert any(expected_setting in query["sql"] for query in queries.captured_queries)
