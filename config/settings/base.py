@@ -284,4 +284,4 @@ CELERY_BEAT_SCHEDULE["memories-index"] = {
     "schedule": float(MEMORY_EPISODIC_INDEXING_INTERVAL),
 }
 # A scope of at most this many vectors is ranked exactly (every vector compared) instead of walking HNSW.
-MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = env_int("MEMORY_VECTOR_EXACT_SCAN_THRESHOLD", 2000)
+MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = env_int("MEMORY_VECTOR_EXACT_SCAN_THRESHOLD", 1000)
