@@ -229,7 +229,7 @@ VARIANTS = (
 # --- Arguments ----------------------------------------------------------------------------------------------------
 
 FULL = {"sizes": "10000,100000", "queries": 200, "recall_queries": 100, "http_requests": 200, "lag_writes": 20,
-        "indexer_memories": 1000, "ef_sweep": "40,100,200", "threshold_sweep": "0,10000", "max_seconds": 8.0}
+        "indexer_memories": 1000, "ef_sweep": "40,100,200", "threshold_sweep": "0,3000,10000", "max_seconds": 8.0}
 QUICK = {"sizes": "2000", "queries": 60, "recall_queries": 30, "http_requests": 40, "lag_writes": 5,
          "indexer_memories": 200, "ef_sweep": "40,100", "threshold_sweep": "0", "max_seconds": 5.0}
 
@@ -892,9 +892,9 @@ def bench_redis_url() -> str:
 
 
 @contextlib.contextmanager
-def celery_worker(database_url: str, redis_url: str, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def celery_worker(database_url: str, env_extra: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The Procfile's worker line (one prefork child) on the bench database and a private broker database."""
-    env = h.server_env(database_url, REDIS_URL=redis_url)
+    env = h.server_env(database_url, **env_extra)
     command = [str(h.VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel", "WARNING", "--concurrency", "1"]
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
@@ -1238,11 +1238,11 @@ def main(argv: Sequence[str]) -> int:
             if not args.no_http:
                 log_path = h.RESULTS_DIR / "semantic-search-server.log"
                 with h.web_server(database_url, workers=args.web_workers, log_path=log_path,
-                                  extra_env={"REDIS_URL": redis_url}) as server:
+                                  extra_env=_search_env(redis_url)) as server:
                     token = h.mint_token(server.base_url, USER, PASSWORD)
                     all_cases += measure_http(args, server, token, data, ground)
                     if size == largest and args.lag_writes:
-                        with celery_worker(database_url, redis_url, h.RESULTS_DIR / "semantic-search-worker.log"):
+                        with celery_worker(database_url, _search_env(redis_url), h.RESULTS_DIR / "semantic-search-worker.log"):
                             results["lag"] = measure_lag(args, server, token, sentences)
                             results["lag_size"] = size
                             h.log(f"index lag p50 {results['lag']['lag_p50_ms']} ms, p95 {results['lag']['lag_p95_ms']} ms")
@@ -1315,8 +1315,21 @@ def _defaults() -> str:
 
     return (
         f"m={settings.MEMORY_VECTOR_HNSW_M}, ef_construction={settings.MEMORY_VECTOR_HNSW_EF_CONSTRUCTION}, "
-        f"ef_search={settings.MEMORY_VECTOR_EF_SEARCH}, max_candidates={settings.MEMORY_VECTOR_MAX_CANDIDATES}"
+        f"ef_search={settings.MEMORY_VECTOR_EF_SEARCH}, max_candidates={settings.MEMORY_VECTOR_MAX_CANDIDATES}, "
+        f"exact_scan_threshold={getattr(settings, 'MEMORY_VECTOR_EXACT_SCAN_THRESHOLD', '-')}"
     )
+
+
+def _search_env(redis_url: str) -> dict[str, str]:
+    """Server and worker get this process's search settings explicitly: a default changed in the code while the
+    benchmark runs must not make HTTP rows measure something else than the in-process ones."""
+    from django.conf import settings
+
+    env = {"REDIS_URL": redis_url}
+    for name in ("MEMORY_VECTOR_EF_SEARCH", "MEMORY_VECTOR_EXACT_SCAN_THRESHOLD", "MEMORY_VECTOR_MAX_CANDIDATES"):
+        if hasattr(settings, name):
+            env[name] = str(getattr(settings, name))
+    return env
 
 
 if __name__ == "__main__":
