@@ -21,3 +21,5 @@ DATABASES["default"]["TEST"] = {"NAME": f"test_memory_service_{os.getpid()}"}  #
 EMBEDDING_PROVIDER = "hash"
 # Tests switch to the local model at run time (marker `model`) after policies were evaluated: load torch first.
 PRELOAD_TORCH = True
+# Tests add vectors between searches of the same scope; a cached scope size would hide the plan they expect.
+MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS = 0

@@ -323,3 +323,21 @@ def test_plan_follows_the_scope_size(bob, settings, threshold, expected_setting)
     with CaptureQueriesContext(connection) as queries:
         assert len(search(bob, "harbour lights")) == 3
     assert any(expected_setting in query["sql"] for query in queries.captured_queries)
+
+
+def test_scope_size_is_counted_once_per_cache_period(bob, settings):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.memories import vector_index
+
+    put(bob, "k", "lighthouse keeper")
+    indexer.run_cycle()
+    vector_index._scope_sizes.clear()
+    settings.MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS = 30
+    with CaptureQueriesContext(connection) as queries:
+        search(bob, "lighthouse")
+        search(bob, "keeper")
+    probes = [q for q in queries.captured_queries if "SELECT count(*) FROM (SELECT 1 FROM memory_vectors" in q["sql"]]
+    assert len(probes) == 1
+    vector_index._scope_sizes.clear()
