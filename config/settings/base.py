@@ -284,6 +284,6 @@ CELERY_BEAT_SCHEDULE["memories-index"] = {
     "schedule": float(MEMORY_EPISODIC_INDEXING_INTERVAL),
 }
 # A scope of at most this many vectors is ranked exactly (every vector compared) instead of walking HNSW.
-MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = env_int("MEMORY_VECTOR_EXACT_SCAN_THRESHOLD", 1000)
+MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = env_int("MEMORY_VECTOR_EXACT_SCAN_THRESHOLD", 2000)
 # How long a search scope's size (which picks exact vs HNSW) is reused before it is counted again.
 MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS = env_int("MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS", 30)
