@@ -1,0 +1,74 @@
+"""Conversation access levels (D6), shared by every app that guards a conversation.
+
+Conversations, sharing, attachments and the event stream all ask "what may this user do with this conversation?";
+the answer lives here, once, in SQL over two tables owned by those apps (names fixed by their migrations):
+
+- ``conversations`` (``id`` uuid, ``root_id`` uuid: the fork tree's root, equal to ``id`` for a root,
+  ``deleted_at`` timestamptz null)
+- ``conversation_memberships`` (``root_id`` uuid, ``user_id`` text, ``access_level`` text; unique
+  ``(root_id, user_id)``): memberships belong to the fork tree, so every fork shares its root's members.
+
+No app imports another app's models to answer these questions; they call the functions below.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from django.db import connection
+
+from apps.core import errors
+
+
+class AccessLevel(StrEnum):
+    OWNER = "owner"
+    MANAGER = "manager"
+    WRITER = "writer"
+    READER = "reader"
+
+
+RANK: dict[str, int] = {AccessLevel.READER: 1, AccessLevel.WRITER: 2, AccessLevel.MANAGER: 3, AccessLevel.OWNER: 4}
+
+
+def at_least(level: str | None, required: str) -> bool:
+    """True when ``level`` (None = no membership) ranks at or above ``required``."""
+    return level is not None and RANK[level] >= RANK[required]
+
+
+_LEVEL_SQL = """
+    SELECT m.access_level
+    FROM conversations c
+    LEFT JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s
+    WHERE c.id = %s AND c.deleted_at IS NULL
+"""
+
+
+def conversation_level(user_id: str, conversation_id: str) -> tuple[bool, str | None]:
+    """(conversation exists and is not deleted, the user's level or None) in one round trip."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LEVEL_SQL, [user_id, conversation_id])
+        row = cursor.fetchone()
+    if row is None:
+        return False, None
+    return True, row[0]
+
+
+def require_level(user_id: str, conversation_id: str, required: str) -> str:
+    """The user's level on the conversation; 404 when it does not exist, 403 when the level is too low (D1, D6)."""
+    exists, level = conversation_level(user_id, conversation_id)
+    if not exists:
+        raise errors.not_found("Conversation not found.")
+    if not at_least(level, required):
+        raise errors.forbidden("You do not have access to this conversation.")
+    return level  # type: ignore[return-value]
+
+
+def conversation_members(conversation_id: str) -> list[tuple[str, str]]:
+    """Every (user_id, access_level) of the conversation's fork tree, as of the current transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT m.user_id, m.access_level FROM conversations c "
+            "JOIN conversation_memberships m ON m.root_id = c.root_id WHERE c.id = %s ORDER BY m.user_id",
+            [conversation_id],
+        )
+        return [(user_id, level) for user_id, level in cursor.fetchall()]
