@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from apps.core.auth import api_keys
-from apps.core.models import ApiKey
+from apps.core.models import AdminAuditRecord, ApiKey
 
 
 @admin.register(ApiKey)
@@ -52,3 +52,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} API key(s).", messages.SUCCESS)
+
+
+@admin.register(AdminAuditRecord)
+class AdminAuditRecordAdmin(admin.ModelAdmin):
+    """Read-only: the trail is written by the service, never edited by hand."""
+
+    list_display = ("occurred_at", "user_id", "client_id", "action", "target_id", "request_id")
+    list_filter = ("action",)
+    search_fields = ("user_id", "target_id", "request_id")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AdminAuditRecord | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AdminAuditRecord | None = None) -> bool:
+        return False

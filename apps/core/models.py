@@ -1,4 +1,4 @@
-"""Core models: the service credentials (API keys, D2)."""
+"""Core models: the service credentials (API keys, D2) and the admin audit trail."""
 
 from __future__ import annotations
 
@@ -31,6 +31,28 @@ class ApiKey(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class AdminAuditRecord(models.Model):
+    """One call to an admin endpoint (``/v1/admin/...``): who, what, when. Written by ``apps.core.audit.record``;
+    never holds entry content, file bytes or credentials, only ids and the query parameters that shaped the call."""
+
+    id = models.BigAutoField(primary_key=True)
+    occurred_at = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
+    user_id = models.TextField(editable=False)
+    client_id = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001 (null = no API-key client)
+    action = models.CharField(max_length=100, editable=False, help_text="e.g. admin.conversations.list")
+    target_id = models.TextField(null=True, blank=True, editable=False, help_text="The resource id, when one")  # noqa: DJ001
+    params = models.JSONField(default=dict, blank=True, editable=False)
+    request_id = models.CharField(max_length=128, editable=False)
+
+    class Meta:
+        db_table = "admin_audit_log"
+        ordering = ["-occurred_at", "-id"]
+        verbose_name = "admin audit record"
+
+    def __str__(self) -> str:
+        return f"{self.occurred_at:%Y-%m-%d %H:%M:%S} {self.user_id} {self.action}"
 
 
 def _seed_api_keys(sender: Any, using: str = "default", **kwargs: Any) -> None:
