@@ -28,6 +28,18 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         embedded_services.stop(only=set(embedded_services.started_here))
 
 
+@pytest.fixture(scope="session")
+def live_http(django_db_setup, django_db_blocker):
+    """A live HTTP server for real concurrent clients (``tests.concurrency``); ``.url`` is its base URL. Tests
+    using it need ``django_db(transaction=True)`` so their data is committed where the server's threads see it."""
+    from tests.concurrency import LiveServer
+
+    with django_db_blocker.unblock():
+        server = LiveServer()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def api() -> APIClient:
     """An anonymous client; see ``client_for`` for authenticated ones."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -30,6 +30,9 @@ EVENT_VALUE_PURPOSE = "memory_event.value"
 
 # Any constant works; it names the lock that orders event sequence numbers by commit (see _append_event).
 _EVENT_ORDER_LOCK = 0x6D656D6F  # "memo"
+# The class half of the two-int advisory locks that serialise writers per address (see _lock_address). The two-int
+# key space never overlaps the single-bigint one _EVENT_ORDER_LOCK lives in.
+_ADDRESS_LOCK_CLASS = 0x61646472  # "addr"
 
 
 def authorize(principal: Principal, operation: str, namespace: list[str], key: str, **write_fields) -> None:
@@ -65,16 +68,9 @@ def put_memory(
         {"namespace": namespace, "key": key, "value": value, "index": index, "context": policy_context(principal)}
     )
 
-    # Two writers creating the same new address race on the partial unique index; the loser retries once and
-    # then finds the winner's row (an update).
-    for attempt in range(2):
-        try:
-            with transaction.atomic():
-                return _write_version(namespace, key, serialized, attributes, index, ttl_seconds)
-        except IntegrityError:
-            if attempt:
-                raise
-    raise AssertionError("unreachable")
+    with transaction.atomic():
+        _lock_address(namespace, key)
+        return _write_version(namespace, key, serialized, attributes, index, ttl_seconds)
 
 
 def _write_version(
@@ -114,6 +110,20 @@ def _write_version(
     if index:
         transaction.on_commit(_enqueue_indexing)
     return WriteResult(memory, kind)
+
+
+def _lock_address(namespace: list[str], key: str) -> None:
+    """Serialise every writer and deleter of one (namespace, key) until the transaction ends.
+
+    Row locks alone cannot do it: when no active version exists there is no row to lock, so two writers would both
+    insert and one would hit the one-active-version unique index (a 500). The advisory lock exists before the row
+    does. Taken first, before any row lock, and each statement after it reads a fresh READ COMMITTED snapshot, so a
+    writer that waited sees the version its predecessor committed. A hash collision between two addresses only
+    makes them wait for each other.
+    """
+    address = json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_ADDRESS_LOCK_CLASS, address])
 
 
 def _lock_active_version(namespace: list[str], key: str) -> Memory | None:
@@ -174,6 +184,7 @@ def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bo
     """Idempotent (D4): 204 whenever authorized; an event only when an active record was deleted."""
     authorize(principal, "delete", namespace, key)
     with transaction.atomic():
+        _lock_address(namespace, key)
         now = timezone.now()
         current = _lock_active_version(namespace, key)
         if current is None:

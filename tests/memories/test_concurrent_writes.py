@@ -1,0 +1,162 @@
+"""Any number of concurrent writers and deleters on one (namespace, key) all succeed (issue 7, item 1).
+
+Real HTTP clients on their own threads race against the live server, each server thread on its own PostgreSQL
+connection. Afterwards the address holds exactly one active version (none after a final delete), the last
+committed write wins, and the event timeline reads as one consistent history.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+import requests
+
+from apps.memories.models import Memory
+from tests.concurrency import run_concurrently
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CLIENTS = 40
+NAMESPACE = ["user", "bob", "race"]
+KEY = "contended"
+ADDRESS = {"ns": NAMESPACE, "key": KEY}
+
+
+@pytest.fixture
+def bob_http(live_http, mint_token):
+    """(base url, headers) for bob against the live server."""
+    return live_http.url, {"Authorization": f"Bearer {mint_token('bob')}"}
+
+
+def _put(session: requests.Session, bob_http, value: dict) -> requests.Response:
+    base, headers = bob_http
+    body = {"namespace": NAMESPACE, "key": KEY, "value": value}
+    return session.put(f"{base}/v1/memories", json=body, headers=headers, timeout=60)
+
+
+def _delete(session: requests.Session, bob_http) -> requests.Response:
+    base, headers = bob_http
+    return session.delete(f"{base}/v1/memories", params=ADDRESS, headers=headers, timeout=60)
+
+
+def _timeline(bob_http) -> list[dict]:
+    """Every event under the test namespace, in timeline order, paged through the API."""
+    base, headers = bob_http
+    events: list[dict] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"ns": NAMESPACE, "limit": 200, **({"after_cursor": cursor} if cursor else {})}
+        response = requests.get(f"{base}/v1/memories/events", params=params, headers=headers, timeout=60)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        if not body["events"]:
+            return events
+        events.extend(body["events"])
+        cursor = body["after_cursor"]
+
+
+def _replay(events: list[dict]) -> tuple[bool, dict | None]:
+    """Walk the timeline as a state machine; fails on any event that cannot follow the one before it.
+    Returns (active at the end, the value of the last add/update)."""
+    active, value = False, None
+    for position, event in enumerate(events):
+        kind = event["kind"]
+        assert event["key"] == KEY
+        if kind == "add":
+            assert not active, f"event {position}: add while a record is active"
+            active, value = True, event["value"]
+        elif kind == "update":
+            assert active, f"event {position}: update with no active record"
+            value = event["value"]
+        elif kind == "delete":
+            assert active, f"event {position}: delete with no active record"
+            active = False
+        else:
+            pytest.fail(f"event {position}: unexpected {kind}")
+    return active, value
+
+
+def _assert_final_state(bob_http, active: bool, value: dict | None) -> None:
+    base, headers = bob_http
+    response = requests.get(f"{base}/v1/memories", params=ADDRESS, headers=headers, timeout=60)
+    stored = Memory.objects.filter(namespace=NAMESPACE, key=KEY, state="active")
+    if active:
+        assert response.status_code == 200, response.text
+        assert response.json()["value"] == value, "the last committed write did not win"
+        assert list(stored.values_list("id", flat=True)) == [uuid.UUID(response.json()["id"])]
+    else:
+        assert response.status_code == 404, response.text
+        assert not stored.exists()
+
+
+def test_racing_writers_on_a_new_address_all_succeed(bob_http):
+    def write(index: int, session: requests.Session) -> tuple[int, str]:
+        response = _put(session, bob_http, {"writer": index})
+        return response.status_code, response.json().get("id", response.text)
+
+    results = run_concurrently(CLIENTS, write)
+
+    assert Counter(status for status, _ in results) == {200: CLIENTS}, results
+    events = _timeline(bob_http)
+    assert [event["kind"] for event in events] == ["add"] + ["update"] * (CLIENTS - 1)
+    assert sorted(event["value"]["writer"] for event in events) == list(range(CLIENTS)), "a write was lost"
+    active, value = _replay(events)
+    assert active
+    _assert_final_state(bob_http, active, value)
+    # Every write made its own version; each version but the last was superseded, in timeline order.
+    versions = Memory.objects.filter(namespace=NAMESPACE, key=KEY).order_by("created_at")
+    assert {str(version.id) for version in versions} == {version_id for _, version_id in results}
+    assert [version.state for version in versions] == ["superseded"] * (CLIENTS - 1) + ["active"]
+
+
+@pytest.mark.parametrize("final", ["put", "delete"])
+def test_racing_writers_and_deleters_on_an_existing_address_keep_one_history(bob_http, final):
+    with requests.Session() as session:
+        assert _put(session, bob_http, {"writer": "initial"}).status_code == 200
+    rounds = 3
+
+    def write_or_delete(index: int, session: requests.Session) -> list[tuple[str, int]]:
+        outcomes = []
+        for round_ in range(rounds):
+            if (index + round_) % 3 == 0:
+                outcomes.append(("delete", _delete(session, bob_http).status_code))
+            else:
+                outcomes.append(("put", _put(session, bob_http, {"writer": index, "round": round_}).status_code))
+        return outcomes
+
+    outcomes = [outcome for client in run_concurrently(CLIENTS, write_or_delete) for outcome in client]
+    # One last operation after the race decides the expected end state either way.
+    with requests.Session() as session:
+        last = _put(session, bob_http, {"writer": "final"}) if final == "put" else _delete(session, bob_http)
+    outcomes.append((final, last.status_code))
+
+    assert Counter(outcomes) == {
+        ("put", 200): sum(op == "put" for op, _ in outcomes),
+        ("delete", 204): sum(op == "delete" for op, _ in outcomes),
+    }, Counter(outcomes)
+    events = _timeline(bob_http)
+    assert events[0]["kind"] == "add" and events[0]["value"] == {"writer": "initial"}
+    puts = sum(op == "put" for op, _ in outcomes)
+    # Each PUT is exactly one add or update; deletes of an already deleted record write nothing (D4).
+    assert sum(event["kind"] in ("add", "update") for event in events) == puts + 1
+    assert sum(event["kind"] == "delete" for event in events) <= sum(op == "delete" for op, _ in outcomes)
+    active, value = _replay(events)
+    assert active == (final == "put")
+    if active:
+        assert value == {"writer": "final"}
+    _assert_final_state(bob_http, active, value)
+    assert Memory.objects.filter(namespace=NAMESPACE, key=KEY).count() == puts + 1
+
+
+def test_racing_deleters_delete_once(bob_http):
+    with requests.Session() as session:
+        assert _put(session, bob_http, {"writer": "initial"}).status_code == 200
+
+    statuses = run_concurrently(CLIENTS, lambda index, session: _delete(session, bob_http).status_code)
+
+    assert Counter(statuses) == {204: CLIENTS}
+    assert [event["kind"] for event in _timeline(bob_http)] == ["add", "delete"]
+    _assert_final_state(bob_http, False, None)
