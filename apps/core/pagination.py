@@ -19,6 +19,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import F, Q, QuerySet
 
 from apps.core import errors
+from apps.core.parsers import nesting_exceeds
 
 T = TypeVar("T")
 
@@ -92,7 +93,11 @@ def decode_cursor(cursor: str, field: str = "afterCursor") -> tuple[Any, str]:
     """(sort value, id) from a cursor; anything that is not one of ours is a 400 naming ``field``."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        value = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        raw = base64.urlsafe_b64decode(padded.encode("ascii"))
+        # Ours are [sort value, id]; a forged deeply nested one must not reach the recursive decoder.
+        if nesting_exceeds(raw, 2):
+            raise ValueError("nested cursor")
+        value = json.loads(raw)
     except (ValueError, UnicodeError, binascii.Error):
         raise errors.validation_error({field: "malformed cursor"}) from None
     if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):

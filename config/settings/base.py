@@ -98,13 +98,17 @@ WHITENOISE_USE_FINDERS = True  # serve admin and /docs assets without a collects
 # Largest JSON body accepted by any endpoint; a memory value may be 1 MiB serialized plus its index text.
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
+# Deepest nesting of arrays/objects in any JSON body, the body itself being level 1 (apps.core.parsers). Checked on
+# the raw text before decoding, because decoding and everything after it recurse per level. 64 is twice what a
+# memory value may use (32 levels under `value`, for the policies) and far beyond any realistic document.
+JSON_MAX_DEPTH = env_int("JSON_MAX_DEPTH", 64)
 
 # --- REST framework ---------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.core.auth.authentication.ServiceAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["apps.core.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "apps.core.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
