@@ -21,5 +21,6 @@ urlpatterns = [
     re_path(r"^", core_views.handler404, name="unmatched"),
 ]
 
+handler400 = "apps.core.views.handler400"
 handler404 = "apps.core.views.handler404"
 handler500 = "apps.core.views.handler500"

@@ -7,9 +7,11 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from http import HTTPStatus
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
 
 from apps.core import errors, metrics
 from apps.core.logging import reset_request_id, set_request_id
@@ -17,6 +19,14 @@ from apps.core.logging import reset_request_id, set_request_id
 access_log = logging.getLogger("apps.access")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+# The operational endpoints (D9) answer JSON like the API, and authenticate no one by cookie either.
+_OPERATIONAL_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+
+
+def is_api_path(path: str) -> bool:
+    """The REST API and the operational endpoints: every response JSON, credentials never a cookie."""
+    return path.startswith("/v1/") or path == "/v1" or path in _OPERATIONAL_PATHS
 
 
 class RequestContextMiddleware:
@@ -37,6 +47,8 @@ class RequestContextMiddleware:
         started = time.perf_counter()
         try:
             response = self.get_response(request)
+            if response.status_code >= 400 and is_api_path(request.path_info):
+                response = _as_api_error(response)
             response["X-Request-ID"] = request_id
             elapsed = time.perf_counter() - started
             route = _route_of(request)
@@ -61,6 +73,38 @@ class RequestContextMiddleware:
             access_log.exception("unhandled error")
             error = errors.ApiError(500, "Internal server error.")
         return errors.error_response(error)
+
+
+def _as_api_error(response: HttpResponse) -> HttpResponse:
+    """The last line of defence for D1 under the API: a failure that reached here as anything but JSON (Django's
+    own pages: a DEBUG traceback, a bare 405, an error page from a middleware) leaves in the one error shape."""
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response
+    status = response.status_code
+    try:
+        message = f"{HTTPStatus(status).phrase}."
+    except ValueError:
+        message = "Request failed."
+    if status == 400:
+        error = errors.validation_error({"request": "malformed request"}, message)
+    else:
+        error = errors.ApiError(status, message)
+    replacement = errors.error_response(error)
+    for header in ("Allow", "WWW-Authenticate", "Retry-After"):
+        if header in response:
+            replacement[header] = response[header]
+    return replacement
+
+
+class ApiCsrfViewMiddleware(CsrfViewMiddleware):
+    """CSRF protects what a browser's cookies authenticate: the Django admin and its OIDC login. The API never
+    reads a session cookie (bearer tokens and API keys only), so a forged cross-site request gains nothing there,
+    and Django's HTML failure page must not answer an API client: API paths skip the check."""
+
+    def process_view(self, request: HttpRequest, callback, callback_args, callback_kwargs):
+        if is_api_path(request.path_info):
+            return None
+        return super().process_view(request, callback, callback_args, callback_kwargs)
 
 
 def _route_of(request: HttpRequest) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
@@ -47,12 +48,25 @@ def readyz(request: Request) -> Response:
     raise errors.ApiError(503, f"Not ready: {', '.join(failing)}.", details={"checks": checks, **info})
 
 
+@csrf_exempt  # read-only; CSRF would answer a POST with Django's HTML page instead of the JSON 405
 def prometheus_metrics(request: HttpRequest) -> HttpResponse:
+    if request.method not in ("GET", "HEAD"):
+        response = errors.error_response(errors.ApiError(405, f'Method "{request.method}" not allowed.'))
+        response["Allow"] = "GET, HEAD"
+        return response
     return HttpResponse(metrics.render(), content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+# The catch-all route too: an unknown path is a 404 whatever the method, never a CSRF failure.
+@csrf_exempt
 def handler404(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     return errors.error_response(errors.not_found(f"No endpoint at {request.path}."))
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """Failures Django raises before any view (DisallowedHost, oversized or malformed request data)."""
+    error = errors.from_exception(exception) if exception is not None else None
+    return errors.error_response(error or errors.validation_error({"request": "malformed request"}, "Bad request."))
 
 
 def handler500(request: HttpRequest) -> JsonResponse:

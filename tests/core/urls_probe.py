@@ -1,6 +1,8 @@
 """The real URL map plus probe views that fail on purpose, to test the error model end to end."""
 
+from django.http import HttpResponse
 from django.urls import path
+from django.views.decorators.http import require_POST
 from rest_framework import serializers
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.exceptions import PermissionDenied
@@ -49,7 +51,24 @@ def plain_boom(request):
     raise RuntimeError("plain django view failure")
 
 
+def read_body(request):
+    return HttpResponse(str(len(request.body)), content_type="text/plain")
+
+
+def html_error(request):
+    return HttpResponse("<h1>Bad gateway</h1>", status=502, content_type="text/html")
+
+
+@require_POST
+def post_only(request):
+    return HttpResponse("ok", content_type="text/plain")
+
+
 urlpatterns = [
+    # Plain Django views under /v1 that fail the way Django's own machinery does, to test the JSON safety net.
+    path("v1/probe/read-body", read_body),
+    path("v1/probe/html-error", html_error),
+    path("v1/probe/post-only", post_only),
     path("probe/echo", echo),
     path("probe/limited", limited),
     path("probe/deny", deny),
@@ -57,3 +76,7 @@ urlpatterns = [
     path("probe/plain-boom", plain_boom),
     *real_urls.urlpatterns,
 ]
+
+handler400 = real_urls.handler400
+handler404 = real_urls.handler404
+handler500 = real_urls.handler500
