@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import requests
+from django.db import connections
+from django.utils import timezone
 
+from apps.memories import services
 from apps.memories.models import Memory
 from tests.concurrency import run_concurrently
 
@@ -71,8 +75,8 @@ def _replay(events: list[dict]) -> tuple[bool, dict | None]:
         elif kind == "update":
             assert active, f"event {position}: update with no active record"
             value = event["value"]
-        elif kind == "delete":
-            assert active, f"event {position}: delete with no active record"
+        elif kind in ("delete", "expired"):
+            assert active, f"event {position}: {kind} with no active record"
             active = False
         else:
             pytest.fail(f"event {position}: unexpected {kind}")
@@ -160,3 +164,31 @@ def test_racing_deleters_delete_once(bob_http):
     assert Counter(statuses) == {204: CLIENTS}
     assert [event["kind"] for event in _timeline(bob_http)] == ["add", "delete"]
     _assert_final_state(bob_http, False, None)
+
+
+def test_racing_writers_and_the_expiry_sweep_record_one_expiry(bob_http):
+    """A record whose TTL has passed: writers and the sweep race to close it. Exactly one of them records the
+    expiry, and the writers' first version starts a new life (an add), the rest update it."""
+    with requests.Session() as session:
+        assert _put(session, bob_http, {"writer": "initial"}).status_code == 200
+    Memory.objects.filter(namespace=NAMESPACE, key=KEY, state="active").update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    def write_or_sweep(index: int, session: requests.Session) -> int | None:
+        if index % 8 == 0:
+            try:
+                services.expire_due_memories()
+            finally:
+                connections.close_all()
+            return None
+        return _put(session, bob_http, {"writer": index}).status_code
+
+    statuses = [status for status in run_concurrently(CLIENTS, write_or_sweep) if status is not None]
+
+    assert Counter(statuses) == {200: len(statuses)}
+    events = _timeline(bob_http)
+    kinds = [event["kind"] for event in events]
+    assert kinds == ["add", "expired", "add"] + ["update"] * (len(statuses) - 1), kinds
+    active, value = _replay(events)
+    _assert_final_state(bob_http, active, value)
