@@ -38,14 +38,14 @@ def call(client: Client, method: str, path: str, **extra):
     return client.generic(method, path, data=data, content_type="application/json", **extra)
 
 
-def assert_d1(response) -> dict | None:
+def assert_d1(response, case: str = "") -> dict | None:
     """JSON, and when it is a failure, the one error body with the request id echoed (HEAD carries no body)."""
     content_type = response["Content-Type"]
     if response.status_code < 400:
         # Success bodies may use a JSON subtype (/openapi.json is application/vnd.oai.openapi+json).
-        assert content_type.startswith("application/json") or "+json" in content_type, content_type
+        assert content_type.startswith("application/json") or "+json" in content_type, (case, content_type)
         return None
-    assert content_type.startswith("application/json"), (response.status_code, response.content[:200])
+    assert content_type.startswith("application/json"), (case, response.status_code, response.content[:200])
     if response.request["REQUEST_METHOD"] == "HEAD":
         return None
     body = response.json()
@@ -58,22 +58,25 @@ def assert_d1(response) -> dict | None:
     return body
 
 
-@pytest.mark.parametrize("authenticated", [False, True], ids=["anonymous", "bearer"])
 @pytest.mark.parametrize("path", [*ROUTED, *UNROUTED, "/v1/conversations"])
-@pytest.mark.parametrize("method", METHODS)
-def test_every_api_response_is_d1_json(csrf_client, mint_token, method, path, authenticated):
-    extra = {"HTTP_AUTHORIZATION": f"Bearer {mint_token('bob')}"} if authenticated else {}
-    response = call(csrf_client, method, path, **extra)
-    assert response.status_code < 500 or path == "/readyz", response.content[:300]
-    if path == "/metrics" and method in ("GET", "HEAD"):
-        assert response.status_code == 200
-        assert response["Content-Type"].startswith("text/plain")  # Prometheus' format, by design
-        return
-    assert_d1(response)
-    if path in UNROUTED:
-        assert response.status_code == 404
-        if method != "HEAD":
-            assert response.json()["code"] == "not_found"
+def test_every_api_response_is_d1_json(csrf_client, mint_token, path):
+    """Every method, anonymous and with a bearer token (one test per path: the matrix is cheap, the per-test
+    database setup is not)."""
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {mint_token('bob')}"}
+    for method in METHODS:
+        for extra in ({}, bearer):
+            response = call(csrf_client, method, path, **extra)
+            case = f"{method} {path} {'bearer' if extra else 'anonymous'}: {response.status_code}"
+            assert response.status_code < 500 or path == "/readyz", (case, response.content[:300])
+            if path == "/metrics" and method in ("GET", "HEAD"):
+                assert response.status_code == 200, case
+                assert response["Content-Type"].startswith("text/plain"), case  # Prometheus' format, by design
+                continue
+            assert_d1(response, case)
+            if path in UNROUTED:
+                assert response.status_code == 404, case
+                if method != "HEAD":
+                    assert response.json()["code"] == "not_found", case
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
