@@ -202,24 +202,64 @@ def test_embedding_failure_leaves_rows_pending_with_backoff(bob, monkeypatch):
     assert Memory.objects.get(key="flaky").index_status == IndexStatus.INDEXED
 
 
-def test_crash_mid_batch_loses_nothing(bob):
+@pytest.fixture
+def other_worker():
+    """A second database session standing in for another worker process: its claims are its own, and closing it
+    is what PostgreSQL sees when that process is killed."""
+    import psycopg
+    from django.db import connection
+
+    connection.ensure_connection()
+    session = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+    yield session
+    session.close()
+
+
+def test_claims_of_a_live_worker_are_respected_and_die_with_its_connection(bob, other_worker):
+    from apps.core import claims
+
     put(bob, "a", "river delta ecology")
     put(bob, "b", "desert dune formation")
-    claimed = indexer._claim(10)  # a worker claims the batch, then dies before writing vectors
-    assert len(claimed) == 2
-    assert indexer.run_cycle().indexed == 0  # the lease keeps other workers off while it is valid
-    Memory.objects.update(index_retry_at=timezone.now() - timedelta(seconds=1))  # the lease runs out
-    assert indexer.run_cycle().indexed == 2
+    ids = list(Memory.objects.order_by("created_at").values_list("id", flat=True))
+    # The other worker claims the batch, then dies before writing vectors.
+    assert claims.try_claim(claims.MEMORY_INDEXING, ids, cursor=other_worker.cursor()) == ids
+    assert claims.held_by_others(claims.MEMORY_INDEXING) == 2
+    assert indexer.run_cycle().indexed == 0  # its claims keep this worker off while it lives
+    other_worker.close()  # kill -9: the kernel closes its socket, PostgreSQL ends the session and its locks
+    assert claims.held_by_others(claims.MEMORY_INDEXING) == 0
+    assert indexer.run_cycle().indexed == 2  # no lease to wait for
     assert MemoryVector.objects.count() == 2
+    assert Memory.objects.filter(index_retry_at__isnull=False).count() == 0
 
 
-def test_concurrent_claims_never_share_a_row(bob):
+def test_claims_split_a_batch_between_workers(bob, other_worker):
+    from apps.core import claims
+
     for index in range(5):
         put(bob, f"k{index}", f"topic {index}")
-    first = {row[0] for row in indexer._claim(3)}
-    second = {row[0] for row in indexer._claim(3)}
-    assert len(first) == 3 and len(second) == 2
-    assert not first & second
+    ids = list(Memory.objects.order_by("created_at").values_list("id", flat=True))
+    theirs = claims.try_claim(claims.MEMORY_INDEXING, ids, limit=3, cursor=other_worker.cursor())
+    assert theirs == ids[:3]
+    mine = {row[0] for row in indexer._claim(10)}
+    assert mine == set(ids[3:])  # the rows the other worker holds are skipped, not waited for
+    indexer._release(mine)
+    assert claims.held_by_others(claims.MEMORY_INDEXING) == 3
+
+
+def test_claims_are_released_after_a_cycle_and_after_a_failure(bob, other_worker, monkeypatch):
+    from apps.core import claims
+    from apps.memories.embeddings import get_provider
+
+    put(bob, "ok", "glacier retreat")
+    indexer.run_cycle()
+    put(bob, "fails", "tidal energy")
+    monkeypatch.setattr(get_provider(), "embed_documents", lambda texts: (_ for _ in ()).throw(RuntimeError("bug")))
+    with pytest.raises(RuntimeError):
+        indexer.run_cycle()
+    monkeypatch.undo()
+    # This session holds nothing any more: another session can claim every row.
+    ids = list(Memory.objects.values_list("id", flat=True))
+    assert sorted(claims.try_claim(claims.MEMORY_INDEXING, ids, cursor=other_worker.cursor())) == sorted(ids)
 
 
 def test_superseded_while_embedding_gets_no_vectors(bob, monkeypatch):
