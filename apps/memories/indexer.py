@@ -87,8 +87,8 @@ def _backoff_seconds(attempts: int) -> int:
 def _store(rows: list[tuple], vectors: list[list[float]], fields: list[tuple], model: str) -> int:
     """Write vectors for the claimed rows that are still pending and active; returns how many rows were indexed."""
     by_memory: dict = {}
-    for (memory_id, field), vector in zip(fields, vectors, strict=True):
-        by_memory.setdefault(memory_id, []).append((field, vector))
+    for (memory_id, field, chunk), vector in zip(fields, vectors, strict=True):
+        by_memory.setdefault(memory_id, []).append((field, chunk, vector))
     meta = {row[0]: row for row in rows}
     indexed = 0
     with transaction.atomic(), connection.cursor() as cursor:
@@ -101,11 +101,16 @@ def _store(rows: list[tuple], vectors: list[list[float]], fields: list[tuple], m
         for memory_id in still_pending:
             _id, namespace, attributes, _content, expires_at, _attempts = meta[memory_id]
             cursor.execute("DELETE FROM memory_vectors WHERE memory_id = %s", [memory_id])  # a retried claim
-            for field, vector in by_memory.get(memory_id, []):
-                cursor.execute(
-                    "INSERT INTO memory_vectors (memory_id, field, model, namespace, attributes, expires_at, embedding) "
-                    "VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s::vector)",
-                    [memory_id, field, model, namespace, _jsonb(attributes), expires_at, _vector_literal(vector)],
+            vectors_of_memory = by_memory.get(memory_id, [])
+            if vectors_of_memory:
+                cursor.executemany(
+                    "INSERT INTO memory_vectors (memory_id, field, chunk, model, namespace, attributes, expires_at, "
+                    "embedding) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s::vector)",
+                    [
+                        [memory_id, field, chunk, model, namespace, _jsonb(attributes), expires_at,
+                         _vector_literal(vector)]
+                        for field, chunk, vector in vectors_of_memory
+                    ],
                 )
             indexed += 1
         if still_pending:
@@ -182,12 +187,19 @@ def run_cycle(batch_size: int | None = None, max_batches: int = 50) -> CycleRepo
 
 def _index_batch(rows: list[tuple], provider, model: str, report: CycleReport) -> bool:
     """Embed and store one claimed batch; False when the provider failed (the cycle stops)."""
-    # One vector per non-blank index field; a version whose fields are all blank is indexed with none.
-    pairs = [(row[0], name, text) for row in rows for name, text in sorted((row[3] or {}).items()) if text.strip()]
-    fields = [(memory_id, name) for memory_id, name, _text in pairs]
-    texts = [text for _memory_id, _name, text in pairs]
+    # One vector per chunk of each non-blank index field (a field that fits the model's window is one chunk); a
+    # version whose fields are all blank is indexed with none.
     started = time.perf_counter()
     try:
+        pieces = [
+            (row[0], name, number, piece)
+            for row in rows
+            for name, text in sorted((row[3] or {}).items())
+            if text.strip()
+            for number, piece in enumerate(provider.chunk(text))
+        ]
+        fields = [(memory_id, name, number) for memory_id, name, number, _piece in pieces]
+        texts = [piece for *_address, piece in pieces]
         vectors = provider.embed_documents(texts) if texts else []
     except EmbeddingError:
         logger.warning("embedding failed; rows stay pending with backoff", extra={"rows": len(rows)}, exc_info=True)

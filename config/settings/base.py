@@ -260,6 +260,9 @@ EMBEDDING_MAX_RETRIES = env_int("EMBEDDING_MAX_RETRIES", 3)
 EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64)
 # Unset = torch's default (all cores); set lower so embedding does not starve web workers and the database.
 EMBEDDING_TORCH_THREADS = env_int("EMBEDDING_TORCH_THREADS", 0) or None
+# Longest index text embedded as one piece by the openai provider (default 8000) or the hash provider (default
+# unlimited); longer fields are embedded as overlapping chunks. The local provider chunks by its own tokenizer.
+EMBEDDING_MAX_INPUT_CHARS = env_int("EMBEDDING_MAX_INPUT_CHARS", 0) or None
 # Tests only: the hash provider sleeps this long per embedding call, so a test can kill a worker mid-batch.
 EMBEDDING_HASH_DELAY_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_SECONDS", "0"))
 

@@ -381,3 +381,78 @@ def test_scope_size_is_counted_once_per_cache_period(bob, settings):
     probes = [q for q in queries.captured_queries if "SELECT count(*) FROM (SELECT 1 FROM memory_vectors" in q["sql"]]
     assert len(probes) == 1
     vector_index._scope_sizes.clear()
+
+
+FILLER = "The quarterly report lists office supplies, printer toner and meeting room bookings. "
+
+
+def test_a_long_field_is_embedded_as_overlapping_chunks_covering_all_of_it(bob, settings, plan):
+    settings.EMBEDDING_MAX_INPUT_CHARS = 400  # the hash embedder has no window of its own; give it one
+    # Numbered lines: no piece of the text repeats, so each chunk's position in it is unique.
+    text = "".join(f"Line {i}. {FILLER}" for i in range(30)) + "Volcanic glass obsidian was traded across the islands."
+    put(bob, "long", "x", index={"body": text, "title": "office notes"})
+    put(bob, "short", "y", index={"body": "office supplies and printer toner for the quarterly report"})
+    indexer.run_cycle()
+
+    chunks = MemoryVector.objects.filter(memory__key="long", field="body").order_by("chunk")
+    numbers = list(chunks.values_list("chunk", flat=True))
+    assert numbers == list(range(len(numbers))) and len(numbers) > 5
+    assert MemoryVector.objects.filter(memory__key="long", field="title").count() == 1
+    from apps.memories.embeddings import get_provider
+
+    pieces = get_provider().chunk(text)
+    assert len(pieces) == len(numbers)
+    assert all(len(piece) <= 400 for piece in pieces)
+    # Overlapping and in order: every piece starts inside the previous one, the last ends where the text ends.
+    position = 0
+    for piece in pieces:
+        start = text.index(piece, max(0, position - 400))
+        assert start <= position
+        position = start + len(piece)
+    assert position == len(text)
+
+    items = search(bob, "obsidian volcanic glass traded")
+    assert items[0]["key"] == "long"  # found by its last chunk
+    assert [item["key"] for item in items].count("long") == 1  # one result per memory, however many chunks
+
+
+@pytest.mark.model
+def test_real_model_finds_a_match_at_the_end_of_a_long_field(bob, settings):
+    settings.EMBEDDING_PROVIDER = "local"
+    filler = FILLER * 150
+    assert len(filler) > 12_000
+    ending = "My grandmother's secret for her apple pie is a pinch of cardamom in the filling."
+    put(bob, "long", "x", index={"text": filler + ending})
+    put(bob, "office", "y", index={"text": "Order more printer toner and book the meeting room for the report."})
+    put(bob, "travel", "z", index={"text": "The train to Lyon leaves at seven from platform four."})
+    put(bob, "pets", "w", index={"text": "Our cat refuses to eat dry food during the summer."})
+    assert indexer.run_cycle().indexed == 4
+    assert MemoryVector.objects.filter(memory__key="long").count() > 10
+
+    items = search(bob, "which spice does grandma put in her apple pie?")
+    # Measured: long 0.24, then pets 0.11, office 0.07 (the filler's best is far below its last chunk).
+    assert items[0]["key"] == "long"
+    assert items[0]["score"] > items[1]["score"] + 0.05
+
+
+@pytest.mark.model
+def test_real_model_chunks_fit_the_window_and_cover_the_text(settings):
+    settings.EMBEDDING_PROVIDER = "local"
+    from apps.memories.embeddings import get_provider
+    from apps.memories.embeddings.local import _load_model
+
+    provider = get_provider()
+    text = "  " + "".join(f"Zürich 東京 naïve café, line {i} of numbers and words; " for i in range(400)) + "the end.  "
+    pieces = provider.chunk(text)
+    model = _load_model(None)
+    assert len(pieces) > 1
+    for piece in pieces:  # each piece fits the model's window once [CLS] and [SEP] are added
+        assert len(model.tokenizer(piece)["input_ids"]) <= model.max_seq_length
+    assert pieces[0].startswith(text[:50]) and pieces[-1].endswith(text[-50:])
+    position = 0
+    for piece in pieces:
+        start = text.index(piece, max(0, position - len(piece)))
+        assert start <= position  # no gap: overlapping or adjacent
+        position = start + len(piece)
+    assert position == len(text)
+    assert provider.chunk("short text") == ["short text"]
