@@ -101,6 +101,7 @@ class JsonObjectField(serializers.Field):
     {
         "type": "object",
         "additionalProperties": {"type": "string"},
+        "propertyNames": {"minLength": 1},
         "maxProperties": MAX_INDEX_FIELDS,
         "description": (
             f"Text to embed for semantic search, by field name: at most {MAX_INDEX_FIELDS} fields and "

@@ -161,7 +161,9 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_its_rows_are_taken_within_3
             tmp_path, "slow", broker, EMBEDDING_HASH_DELAY_SECONDS="300", MEMORY_EPISODIC_INDEXING_INTERVAL="2"
         )
         workers.append(slow)
-        _wait_for(lambda: claims.held_by_others(claims.MEMORY_INDEXING) == 20, 90, "worker 1 to claim", [slow_log])
+        _wait_for(
+            lambda: Memory.objects.filter(index_attempts=1).count() == 20, 90, "worker 1 to claim", [slow_log]
+        )
 
         # Worker 2, healthy, with the default schedule: while worker 1 lives it leaves the claimed rows alone.
         healthy, healthy_log = _start_worker(tmp_path, "healthy", broker)
