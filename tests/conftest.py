@@ -110,3 +110,14 @@ def client_for() -> Callable[..., APIClient]:
         return client
 
     return make
+
+
+def wait_until_released(kind: int, timeout: float = 10.0) -> None:
+    """Wait for the claims (apps.core.claims) of a closed database session to go: its backend exits a moment after
+    the client hangs up, and its locks go with it."""
+    from apps.core import claims
+
+    deadline = time.monotonic() + timeout
+    while claims.held_by_others(kind):
+        assert time.monotonic() < deadline, "a closed session's claims are still held"
+        time.sleep(0.01)
