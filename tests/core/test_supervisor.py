@@ -24,6 +24,7 @@ import pytest
 from django.conf import settings
 
 from apps.core.supervisor import Supervisor, read_procfile
+from tests.conftest import service_env
 
 
 def _alive(pid: int) -> bool:
@@ -208,8 +209,7 @@ class Up:
         self.data_dir = data_dir
         self.port = _free_port()
         self.log = data_dir.parent / f"up-{self.port}.log"
-        env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR"}}
-        env.update(
+        env = service_env(
             DJANGO_SETTINGS_MODULE="config.settings.embedded", DATA_DIR=str(data_dir), EMBEDDING_PROVIDER="hash",
             WEB_CONCURRENCY="1", CELERY_CONCURRENCY="1", LOG_LEVEL="INFO", LOG_FORMAT="json", HOST="127.0.0.1",
         )
@@ -258,7 +258,7 @@ def up_data_dir(tmp_path_factory):
     yield path
     # A test that failed half-way may leave the servers running: stop them by data directory.
     subprocess.run(
-        [sys.executable, "-m", "config.embedded_services", "stop"], env={**os.environ, "DATA_DIR": str(path)},
+        [sys.executable, "-m", "config.embedded_services", "stop"], env=service_env(DATA_DIR=str(path)),
         cwd=settings.BASE_DIR, capture_output=True, timeout=60, check=False,
     )
 

@@ -24,6 +24,7 @@ from django.db import connection, connections
 from apps.core import claims
 from apps.memories import indexer
 from apps.memories.models import IndexStatus, Memory
+from tests.conftest import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -101,7 +102,7 @@ def _start_worker(tmp_path: Path, name: str, broker: str, **env: str) -> tuple[s
     params = {k: v for k, v in connection.get_connection_params().items() if k in {"dbname", "user", "password", "host", "port"}}
     log = tmp_path / f"{name}.log"
     environment = {
-        **os.environ,
+        **service_env(),
         "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
         "DATABASE_URL": make_conninfo(**{k: str(v) for k, v in params.items() if v}),
         "REDIS_URL": broker,
@@ -113,7 +114,6 @@ def _start_worker(tmp_path: Path, name: str, broker: str, **env: str) -> tuple[s
         "DB_CONN_MAX_AGE": "0",
         **env,
     }
-    environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
     command = [
         sys.executable, "-m", "celery", "-A", "config", "worker", "--beat",
         "--schedule", str(tmp_path / f"{name}-beat-schedule"),
