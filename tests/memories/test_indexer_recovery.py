@@ -95,7 +95,9 @@ def _broker_url() -> str:
     return f"{base}/{random.randint(8, 15)}"
 
 
-def _start_worker(tmp_path: Path, name: str, broker: str, **env: str) -> tuple[subprocess.Popen, Path]:
+def _start_worker(
+    tmp_path: Path, name: str, broker: str, *, beat: bool = True, **env: str
+) -> tuple[subprocess.Popen, Path]:
     from psycopg.conninfo import make_conninfo
 
     connection.ensure_connection()
@@ -115,10 +117,11 @@ def _start_worker(tmp_path: Path, name: str, broker: str, **env: str) -> tuple[s
         **env,
     }
     command = [
-        sys.executable, "-m", "celery", "-A", "config", "worker", "--beat",
-        "--schedule", str(tmp_path / f"{name}-beat-schedule"),
+        sys.executable, "-m", "celery", "-A", "config", "worker",
         "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
     ]
+    if beat:
+        command += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
     with open(log, "wb") as output:
         process = subprocess.Popen(
             command, env=environment, cwd=settings.BASE_DIR, stdout=output, stderr=subprocess.STDOUT,
@@ -183,6 +186,51 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_its_rows_are_taken_within_3
     finally:
         for process in workers:
             _kill_group(process)
+        import redis
+
+        redis.Redis.from_url(broker).flushdb()
+
+
+def _pool_children(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split(")")[-1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            children.append(int(stat.parent.name))
+    return children
+
+
+def test_a_killed_pool_process_has_its_task_redelivered_and_its_rows_claimed_again_at_once(client_for, tmp_path):
+    """kill -9 of the pool process only: the worker hands the task back to the broker (task_reject_on_worker_lost
+    with acks_late), a new pool process runs it, and it can claim the rows at once because the dead process's
+    claims went with its connection. No beat runs here, so nothing but the redelivery can start that second run."""
+    from config.celery import app
+
+    bob = client_for("bob")
+    for index in range(5):
+        put(bob, f"p{index}", f"tide pool creature {index}")
+    broker = _broker_url()
+    worker = None
+    try:
+        worker, log = _start_worker(tmp_path, "pool", broker, beat=False, EMBEDDING_HASH_DELAY_SECONDS="300")
+        with app.connection_for_write(url=broker) as conn:
+            app.send_task("apps.memories.tasks.index_pending_memories", connection=conn)
+        _wait_for(lambda: Memory.objects.filter(index_attempts=1).count() == 5, 90, "the first claim", [log])
+        pool = _pool_children(worker.pid)
+        assert len(pool) == 1, pool
+        os.kill(pool[0], signal.SIGKILL)  # mid-batch: the pool process sleeps in the "model"
+        redelivered = _wait_for(
+            lambda: Memory.objects.filter(index_attempts=2).count() == 5, 30, "the redelivered task's claim", [log]
+        )
+        assert redelivered < 30
+        assert worker.poll() is None  # the worker itself lives on with a new pool process
+        assert _pool_children(worker.pid) and _pool_children(worker.pid) != pool
+    finally:
+        if worker is not None:
+            _kill_group(worker)
         import redis
 
         redis.Redis.from_url(broker).flushdb()
