@@ -52,6 +52,13 @@ def _die_with_parent() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def stop_with_parent() -> None:
+    """Have the kernel send this process SIGTERM when its parent dies (Linux): `make run` killed by a process
+    manager or `timeout` (which signal make, not us) then shuts the service down in order instead of leaving it
+    running with no one to stop it."""
+    _die_with_parent()
+
+
 @dataclass
 class Child:
     name: str

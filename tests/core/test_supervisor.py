@@ -7,6 +7,7 @@ The first tests drive apps.core.supervisor with stand-in programs (fast); the la
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -168,6 +169,7 @@ def test_up_stops_what_it_started_when_it_fails(monkeypatch):
     monkeypatch.setattr(embedded_services, "stop", lambda only=None: stopped.append(only))
     monkeypatch.setattr(up, "call_command", lambda *args, **kwargs: None)  # no migrate
     monkeypatch.setattr(up.atexit, "register", lambda function: None)  # not in the test process
+    monkeypatch.setattr(up, "stop_with_parent", lambda: None)
 
     def broken(self):
         raise RuntimeError("boom")
@@ -203,9 +205,10 @@ def _healthy(port: int) -> bool:
 
 
 class Up:
-    """`manage.py up` in a subprocess with its own data directory (its own embedded PostgreSQL and Valkey)."""
+    """`manage.py up` in a subprocess with its own data directory (its own embedded PostgreSQL and Valkey);
+    ``via_parent`` starts it under a shell standing in for `make`."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, via_parent: bool = False) -> None:
         self.data_dir = data_dir
         self.port = _free_port()
         self.log = data_dir.parent / f"up-{self.port}.log"
@@ -213,11 +216,22 @@ class Up:
             DJANGO_SETTINGS_MODULE="config.settings.embedded", DATA_DIR=str(data_dir), EMBEDDING_PROVIDER="hash",
             WEB_CONCURRENCY="1", CELERY_CONCURRENCY="1", LOG_LEVEL="INFO", LOG_FORMAT="json", HOST="127.0.0.1",
         )
+        command = [sys.executable, "manage.py", "up", "--port", str(self.port)]
+        pidfile = data_dir.parent / f"up-{self.port}.pid"
+        if via_parent:
+            command = ["/bin/sh", "-c", f'"$@" & echo $! > {pidfile}; wait', "sh", *command]
         with open(self.log, "wb") as output:
             self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "up", "--port", str(self.port)],
-                cwd=settings.BASE_DIR, env=env, stdout=output, stderr=subprocess.STDOUT,
+                command, cwd=settings.BASE_DIR, env=env, stdout=output, stderr=subprocess.STDOUT
             )
+        if via_parent:
+            _wait(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, "the shell to start up")
+            self.pid = int(pidfile.read_text())
+        else:
+            self.pid = self.process.pid
+
+    def running(self) -> bool:
+        return _alive(self.pid)
 
     def events(self, message: str) -> list[dict]:
         found = []
@@ -230,6 +244,10 @@ class Up:
         started = [e for e in self.events("process started") if e["program"] == program]
         return started[-1]["pid"] if started else None
 
+    def members(self) -> list[int]:
+        """Every process of web, worker and beat (their whole process groups)."""
+        return [pid for name in ("web", "worker", "beat") for pid in _group_pids(self.pid_of(name))]
+
     def embedded_pids(self) -> tuple[int, int]:
         postgres = int((self.data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
         valkey = int((self.data_dir / "valkey" / "valkey.pid").read_text().strip())
@@ -237,18 +255,25 @@ class Up:
 
     def wait_healthy(self, timeout: float = 150) -> None:
         try:
-            _wait(lambda: _healthy(self.port) or self.process.poll() is not None, timeout, "/healthz")
+            _wait(lambda: _healthy(self.port) or not self.running(), timeout, "/healthz")
         except pytest.fail.Exception:
             pytest.fail(f"manage.py up did not answer /healthz\n{self.tail()}")
-        assert self.process.poll() is None, self.tail()
+        assert self.running(), self.tail()
+
+    def wait_stopped(self, timeout: float = 60) -> None:
+        try:
+            _wait(lambda: not self.running(), timeout, "manage.py up to exit")
+        except pytest.fail.Exception:
+            pytest.fail(f"manage.py up did not exit\n{self.tail()}")
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+        for pid in (self.pid, self.process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -282,11 +307,10 @@ def test_up_restarts_a_killed_worker_keeps_serving_and_sigterm_stops_everything(
         exit_event = next(e for e in up.events("process exited; restarting after backoff") if e["program"] == "worker")
         assert exit_event["signal"] == "SIGKILL" and exit_event["restart_in_seconds"] == 1.0
         assert up.pid_of("web") == web and _alive(web)
-        assert _alive(up.pid_of("worker")) and up.process.poll() is None
+        assert _alive(up.pid_of("worker")) and up.running()
         assert restart < 10
 
-        children = [up.pid_of(name) for name in ("web", "worker", "beat")]
-        members = [pid for group in children for pid in _group_pids(group)]
+        members = up.members()
         up.process.send_signal(signal.SIGTERM)
         assert up.process.wait(60) == 0, up.tail()
         assert not any(_alive(pid) for pid in members)
@@ -300,10 +324,27 @@ def test_up_stops_the_embedded_servers_on_ctrl_c(up_data_dir):
     try:
         up.wait_healthy()
         postgres, valkey = up.embedded_pids()
-        members = [pid for name in ("web", "worker", "beat") for pid in _group_pids(up.pid_of(name))]
+        members = up.members()
         up.process.send_signal(signal.SIGINT)
         assert up.process.wait(60) == 0, up.tail()
         assert not any(_alive(pid) for pid in members)
         assert not _alive(postgres) and not _alive(valkey), up.tail()
+    finally:
+        up.kill()
+
+
+def test_up_stops_everything_when_make_is_killed(up_data_dir):
+    """kill -9 of `make run`'s make (a process manager, `timeout`): `up` gets SIGTERM from the kernel and stops."""
+    up = Up(up_data_dir, via_parent=True)
+    try:
+        up.wait_healthy()
+        postgres, valkey = up.embedded_pids()
+        members = up.members()
+        up.process.kill()  # the shell standing in for make
+        up.process.wait(10)
+        up.wait_stopped()
+        _wait(lambda: not any(_alive(pid) for pid in members), 30, "web, worker and beat to stop")
+        assert not _alive(postgres) and not _alive(valkey), up.tail()
+        assert up.events("embedded services stopped"), up.tail()
     finally:
         up.kill()

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from apps.core.supervisor import Supervisor, read_procfile
+from apps.core.supervisor import Supervisor, read_procfile, stop_with_parent
 from config import embedded_services
 
 logger = logging.getLogger("apps.core.up")
@@ -61,6 +61,7 @@ class Command(BaseCommand):
 
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, on_signal)
+        stop_with_parent()
         try:
             started = time.monotonic()
             call_command("migrate", interactive=False, verbosity=0)
