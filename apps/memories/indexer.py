@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from apps.core import claims, metrics
 from apps.memories import vector_index
@@ -73,7 +73,13 @@ def _claim(batch_size: int) -> list[tuple]:
 
 
 def _release(memory_ids) -> None:
-    claims.release(claims.MEMORY_INDEXING, list(memory_ids))
+    try:
+        claims.release(claims.MEMORY_INDEXING, list(memory_ids))
+    except DatabaseError:
+        # The connection broke (and with it the session holding the claims): nothing is held any more. Closing
+        # it lets the next cycle reconnect instead of failing on the dead one.
+        logger.warning("could not release indexer claims; closing the connection", exc_info=True)
+        connection.close()
 
 
 def _from_json(value):
