@@ -225,6 +225,7 @@ def test_a_killed_pool_process_has_its_task_redelivered_and_its_rows_claimed_aga
         redelivered = _wait_for(
             lambda: Memory.objects.filter(index_attempts=2).count() == 5, 30, "the redelivered task's claim", [log]
         )
+        print(f"redelivered and re-claimed {redelivered:.1f}s after kill -9 of the pool process")
         assert redelivered < 30
         assert worker.poll() is None  # the worker itself lives on with a new pool process
         assert _pool_children(worker.pid) and _pool_children(worker.pid) != pool
