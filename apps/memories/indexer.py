@@ -38,14 +38,25 @@ def _claim(batch_size: int) -> list[tuple]:
     with connection.cursor() as cursor:
         # More candidates than the batch, so rows other workers are busy with do not leave this one idle.
         cursor.execute(
-            "SELECT id FROM memories WHERE index_status = 'pending' AND state = 'active' "
-            "AND (index_retry_at IS NULL OR index_retry_at <= now()) ORDER BY created_at LIMIT %s",
+            "SELECT id, octet_length(indexed_content::text) FROM memories WHERE index_status = 'pending' "
+            "AND state = 'active' AND (index_retry_at IS NULL OR index_retry_at <= now()) ORDER BY created_at LIMIT %s",
             [batch_size * 4],
         )
-        candidates = [row[0] for row in cursor.fetchall()]
-    mine = claims.try_claim(claims.MEMORY_INDEXING, candidates, limit=batch_size)
+        sizes = dict(cursor.fetchall())
+    mine = claims.try_claim(claims.MEMORY_INDEXING, list(sizes), limit=batch_size)
     if not mine:
         return []
+    # A batch also stops at MEMORY_INDEXING_BATCH_TEXT_BYTES of index text (at least one version): a few versions
+    # with 256 KiB of text each take minutes to embed, and a batch is committed (searchable) only when all is done.
+    kept, total = 0, 0
+    for memory_id in mine:
+        total += sizes[memory_id] or 0
+        if kept and total > settings.MEMORY_INDEXING_BATCH_TEXT_BYTES:
+            break
+        kept += 1
+    if kept < len(mine):
+        _release(mine[kept:])
+        mine = mine[:kept]
     try:
         # Re-read under the claim: another worker may have finished a candidate (and released it) between the
         # query above and the claim; counting the attempt here is what the failure backoff grows with.
@@ -182,10 +193,10 @@ def run_cycle(batch_size: int | None = None, max_batches: int = 50) -> CycleRepo
         if not rows:
             break
         try:
-            full = _index_batch(rows, provider, model, report)
+            embedded = _index_batch(rows, provider, model, report)
         finally:
             _release(row[0] for row in rows)
-        if not full or len(rows) < batch_size:
+        if not embedded:
             break
     update_backlog_metrics()
     return report

@@ -283,6 +283,8 @@ OPA_TIMEOUT_SECONDS = float(env_str("OPA_TIMEOUT_SECONDS", "2"))
 # with its database connection), so keep it well under the 30 s recovery target. An idle cycle costs two queries.
 MEMORY_EPISODIC_INDEXING_INTERVAL = env_int("MEMORY_EPISODIC_INDEXING_INTERVAL", 10)
 MEMORY_EPISODIC_INDEXING_BATCH_SIZE = env_int("MEMORY_EPISODIC_INDEXING_BATCH_SIZE", 100)
+# A batch also ends at this much index text (at least one version): long fields are embedded as many chunks.
+MEMORY_INDEXING_BATCH_TEXT_BYTES = env_int("MEMORY_INDEXING_BATCH_TEXT_BYTES", 256 * 1024)
 MEMORY_INDEXING_MAX_BACKOFF_SECONDS = env_int("MEMORY_INDEXING_MAX_BACKOFF_SECONDS", 3600)
 MEMORY_VECTOR_HNSW_M = env_int("MEMORY_VECTOR_HNSW_M", 16)
 MEMORY_VECTOR_HNSW_EF_CONSTRUCTION = env_int("MEMORY_VECTOR_HNSW_EF_CONSTRUCTION", 64)

@@ -458,3 +458,14 @@ def test_real_model_chunks_fit_the_window_and_cover_the_text(settings):
         position = start + len(piece)
     assert position == len(text)
     assert provider.chunk("short text") == ["short text"]
+
+
+def test_a_batch_stops_at_the_text_budget_but_the_cycle_goes_on(bob, settings):
+    settings.MEMORY_INDEXING_BATCH_TEXT_BYTES = 3000
+    for index in range(4):
+        put(bob, f"big{index}", "x", index={"text": f"chapter {index} " + "words " * 400})  # ~2.4 KB each
+    put(bob, "huge", "x", index={"text": "saga " * 2000})  # alone over the budget: still taken, alone
+    assert indexer.run_cycle(max_batches=1).indexed == 1  # one version per batch here
+    assert indexer.run_cycle().indexed == 4  # batch after batch until nothing is left
+    assert not Memory.objects.filter(index_status=IndexStatus.PENDING).exists()
+    assert MemoryVector.objects.filter(memory__key="huge").count() == 1  # the hash model has no window
