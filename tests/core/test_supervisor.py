@@ -11,10 +11,12 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -278,15 +280,20 @@ class Up:
 
 
 @pytest.fixture(scope="module")
-def up_data_dir(tmp_path_factory):
-    """One data directory for the module: the first `up` creates the embedded servers' data, later ones reuse it."""
-    path = tmp_path_factory.mktemp("up") / "data"
+def up_data_dir():
+    """One data directory for the module: the first `up` creates the embedded servers' data, later ones reuse it.
+
+    Not under pytest's tmp_path: run as root, the embedded PostgreSQL runs as its own user and opens the path up
+    for it, and every pytest session that starts meanwhile (another checkout's) resets pytest's root to 0700."""
+    root = Path(tempfile.mkdtemp(prefix="memory-service-up-"))
+    path = root / "data"
     yield path
     # A test that failed half-way may leave the servers running: stop them by data directory.
     subprocess.run(
         [sys.executable, "-m", "config.embedded_services", "stop"], env=service_env(DATA_DIR=str(path)),
         cwd=settings.BASE_DIR, capture_output=True, timeout=60, check=False,
     )
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_up_restarts_a_killed_worker_keeps_serving_and_sigterm_stops_everything(up_data_dir):
