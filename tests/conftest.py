@@ -122,3 +122,28 @@ def client_for() -> Callable[..., APIClient]:
         return client
 
     return make
+
+
+def wait_until_released(kind: int, timeout: float = 10.0) -> None:
+    """Wait for the claims (apps.core.claims) of a closed database session to go: its backend exits a moment after
+    the client hangs up, and its locks go with it."""
+    from apps.core import claims
+
+    deadline = time.monotonic() + timeout
+    while claims.held_by_others(kind):
+        assert time.monotonic() < deadline, "a closed session's claims are still held"
+        time.sleep(0.01)
+
+
+# What a service process started by a test inherits from the test's environment: nothing a test may have set
+# (SERVICE_POLICY_DIR, DATABASE_URL, EMBEDDING_*, ...), only what finding programs and temp files needs.
+_INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "XDG_RUNTIME_DIR")
+
+
+def service_env(**overrides: str) -> dict[str, str]:
+    """A clean environment for `manage.py up` / a Celery worker started by a test, plus ``overrides``."""
+    import os
+
+    env = {name: os.environ[name] for name in _INHERITED_ENV if name in os.environ}
+    env.update(overrides)
+    return env

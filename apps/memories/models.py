@@ -146,7 +146,10 @@ class ServiceSettings(models.Model):
 
 
 class MemoryVector(models.Model):
-    """One embedding per (memory version, index field), for semantic search.
+    """One embedding per (memory version, index field, chunk), for semantic search.
+
+    A field that fits the model's input window has one vector (chunk 0); a longer one has one per overlapping
+    chunk (0, 1, ...), which together cover all of its text, and search scores a memory by its best vector.
 
     Holds only the embedding, the namespace, the plaintext policy attributes and the expiry (so the ANN query can
     scope and hide expired rows by itself) — never the value. ``embedding`` has no fixed dimension: the HNSW index
@@ -158,6 +161,7 @@ class MemoryVector(models.Model):
     id = models.BigAutoField(primary_key=True)
     memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="vectors", db_constraint=True)
     field = models.TextField()
+    chunk = models.PositiveIntegerField(default=0, db_default=0)
     model = models.TextField()
     namespace = ArrayField(models.TextField())
     attributes = models.JSONField(null=True, blank=True)
@@ -167,7 +171,7 @@ class MemoryVector(models.Model):
     class Meta:
         db_table = "memory_vectors"
         constraints = [
-            models.UniqueConstraint(fields=["memory", "field"], name="memory_vectors_one_per_field"),
+            models.UniqueConstraint(fields=["memory", "field", "chunk"], name="memory_vectors_one_per_chunk"),
         ]
         indexes = [
             GinIndex(fields=["namespace"], name="memory_vectors_ns_gin"),
@@ -175,4 +179,4 @@ class MemoryVector(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.memory_id}:{self.field}"
+        return f"{self.memory_id}:{self.field}#{self.chunk}"

@@ -14,8 +14,11 @@ from apps.memories import config
 
 MAX_SEGMENT_CHARS = 256
 MAX_KEY_BYTES = 1024
-MAX_INDEX_FIELDS = 32
-MAX_INDEX_CHARS = 8192
+# D4: a client that indexes every string leaf of a value (LangGraph's store does) must never be refused. Fields
+# longer than the model's input window are embedded as overlapping chunks (EmbeddingProvider.chunk).
+MAX_INDEX_FIELDS = 256
+MAX_INDEX_TEXT_BYTES = 256 * 1024  # UTF-8 bytes of all field values together
+MAX_QUERY_CHARS = 8192
 
 
 class NamespaceField(serializers.ListField):
@@ -94,9 +97,23 @@ class JsonObjectField(serializers.Field):
         return value
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "propertyNames": {"minLength": 1},
+        "maxProperties": MAX_INDEX_FIELDS,
+        "description": (
+            f"Text to embed for semantic search, by field name: at most {MAX_INDEX_FIELDS} fields and "
+            f"{MAX_INDEX_TEXT_BYTES // 1024} KiB (UTF-8) of text in all. A field longer than the embedding model's "
+            "input window is embedded as overlapping chunks covering all of it; a memory scores by its best chunk. "
+            "Absent or empty: the memory is not semantically searchable."
+        ),
+    }
+)
 class IndexField(serializers.DictField):
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("child", StrictCharField(max_length=MAX_INDEX_CHARS, allow_blank=True, trim_whitespace=False))
+        kwargs.setdefault("child", StrictCharField(allow_blank=True, trim_whitespace=False))
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> dict[str, str]:
@@ -106,7 +123,18 @@ class IndexField(serializers.DictField):
             raise serializers.ValidationError(f"at most {MAX_INDEX_FIELDS} fields")
         if any(not name or "\x00" in name for name in data):
             raise serializers.ValidationError("field names must be non-empty strings without NUL")
-        return super().to_internal_value(data)
+        index = super().to_internal_value(data)
+        total = 0
+        for text in index.values():
+            problem = _text_problem(text)
+            if problem:
+                raise serializers.ValidationError(problem)
+            total += len(text.encode("utf-8"))
+        if total > MAX_INDEX_TEXT_BYTES:
+            raise serializers.ValidationError(
+                f"at most {MAX_INDEX_TEXT_BYTES // 1024} KiB ({MAX_INDEX_TEXT_BYTES} bytes UTF-8) of text in all fields"
+            )
+        return index
 
 
 class MemoryWriteSerializer(StrictSerializer):
@@ -157,7 +185,7 @@ class MemorySearchSerializer(StrictSerializer):
     namespace_prefix = serializers.ListField(
         child=StrictCharField(max_length=MAX_SEGMENT_CHARS, allow_blank=False, trim_whitespace=False)
     )
-    query = StrictCharField(required=False, allow_blank=False, max_length=MAX_INDEX_CHARS)
+    query = StrictCharField(required=False, allow_blank=False, max_length=MAX_QUERY_CHARS)
     filter = FilterField(required=False)
     limit = SearchLimitField(required=False)
     offset = SearchOffsetField(required=False)

@@ -38,7 +38,9 @@ class MemoriesView(APIView):
         tags=["memories"],
         summary="Upsert a memory",
         description="Creates or replaces the memory at (namespace, key). Every write is a new version with a new id. "
-        "The value is encrypted at rest and never echoed. Indexing for semantic search is asynchronous.",
+        "The value is encrypted at rest and never echoed. Indexing for semantic search is asynchronous: each `index` "
+        "field (up to 256 fields, 256 KiB of text in all) is embedded, a field longer than the model's input window "
+        "as overlapping chunks covering all of it.",
         request=serializers.MemoryWriteSerializer,
         responses={200: serializers.MemoryWriteResponse, **error_responses(400, 401, 403, 413)},
     )
@@ -82,7 +84,8 @@ class MemorySearchView(APIView):
         tags=["memories"],
         summary="Attribute-filter or semantic search",
         description="Without `query`: attribute filter over the primary store, newest first, `score` null, paged "
-        "by `offset` (0..10000). With `query`: semantic search (cosine similarity in [0, 1], best first). The "
+        "by `offset` (0..10000). With `query`: semantic search (cosine similarity in [0, 1], best first; a memory "
+        "scores by its best index field, or best chunk of a long field, and appears once). The "
         "filter policy narrows `namespace_prefix` and adds its attribute filter.",
         request=serializers.MemorySearchSerializer,
         responses={200: serializers.MemorySearchResponse, **error_responses(400, 401, 503)},

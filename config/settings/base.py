@@ -184,7 +184,10 @@ if ADMIN_OIDC_ENABLED:
 
 # --- Redis, Celery ----------------------------------------------------------------------------------------------
 # REDIS_URL is set by the environment module.
+# A task is acknowledged when it ends, and a task whose pool process was killed is handed back to the broker, so
+# another process runs it again (the work itself is idempotent: see apps.memories.indexer).
 CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_BACKEND = None
@@ -261,6 +264,11 @@ EMBEDDING_MAX_RETRIES = env_int("EMBEDDING_MAX_RETRIES", 3)
 EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64)
 # Unset = torch's default (all cores); set lower so embedding does not starve web workers and the database.
 EMBEDDING_TORCH_THREADS = env_int("EMBEDDING_TORCH_THREADS", 0) or None
+# Longest index text embedded as one piece by the openai provider (default 8000) or the hash provider (default
+# unlimited); longer fields are embedded as overlapping chunks. The local provider chunks by its own tokenizer.
+EMBEDDING_MAX_INPUT_CHARS = env_int("EMBEDDING_MAX_INPUT_CHARS", 0) or None
+# Tests only: the hash provider sleeps this long per embedding call, so a test can kill a worker mid-batch.
+EMBEDDING_HASH_DELAY_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_SECONDS", "0"))
 
 # --- Encryption at rest (D4) ------------------------------------------------------------------------------------
 # "kid:base64key,kid2:base64key": 32-byte AES-256 keys; the first encrypts, all decrypt (apps.core.crypto).
@@ -275,9 +283,12 @@ OPA_URL = env_str("OPA_URL", "http://127.0.0.1:8181")
 OPA_TIMEOUT_SECONDS = float(env_str("OPA_TIMEOUT_SECONDS", "2"))
 
 # --- Semantic index (memory_vectors, pgvector HNSW) -------------------------------------------------------------
-MEMORY_EPISODIC_INDEXING_INTERVAL = env_int("MEMORY_EPISODIC_INDEXING_INTERVAL", 30)
+# Beat's safety-net cycle: also how soon the rows a crashed worker had claimed are taken again (its claims die
+# with its database connection), so keep it well under the 30 s recovery target. An idle cycle costs two queries.
+MEMORY_EPISODIC_INDEXING_INTERVAL = env_int("MEMORY_EPISODIC_INDEXING_INTERVAL", 10)
 MEMORY_EPISODIC_INDEXING_BATCH_SIZE = env_int("MEMORY_EPISODIC_INDEXING_BATCH_SIZE", 100)
-MEMORY_INDEXING_LEASE_SECONDS = env_int("MEMORY_INDEXING_LEASE_SECONDS", 300)
+# A batch also ends at this much index text (at least one version): long fields are embedded as many chunks.
+MEMORY_INDEXING_BATCH_TEXT_BYTES = env_int("MEMORY_INDEXING_BATCH_TEXT_BYTES", 256 * 1024)
 MEMORY_INDEXING_MAX_BACKOFF_SECONDS = env_int("MEMORY_INDEXING_MAX_BACKOFF_SECONDS", 3600)
 MEMORY_VECTOR_HNSW_M = env_int("MEMORY_VECTOR_HNSW_M", 16)
 MEMORY_VECTOR_HNSW_EF_CONSTRUCTION = env_int("MEMORY_VECTOR_HNSW_EF_CONSTRUCTION", 64)

@@ -611,7 +611,10 @@ def test_manage_py_policy_dir(monkeypatch, tmp_path):
     assert spec is not None and spec.loader is not None
     manage = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(manage)
-    monkeypatch.delenv("SERVICE_POLICY_DIR", raising=False)
+    # setenv first so the undo removes what _take_policy_dir sets (a bare delenv of an absent variable records
+    # nothing to restore, and the value leaked into every later test and the processes they start).
+    monkeypatch.setenv("SERVICE_POLICY_DIR", "")
+    monkeypatch.delenv("SERVICE_POLICY_DIR")
     argv = manage._take_policy_dir(["manage.py", "runserver", "--policy-dir", str(tmp_path), "8000"])
     assert argv == ["manage.py", "runserver", "8000"]
     assert os.environ["SERVICE_POLICY_DIR"] == str(tmp_path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apps.memories import config
-from apps.memories.models import ServiceSettings
+from apps.memories.models import Memory, ServiceSettings
 from tests.memories.conftest import (
     EVENTS,
     MEMORIES,
@@ -75,8 +75,9 @@ OMIT = object()
         ({"index": {"text": ["a"]}}, "index"),
         ({"index": ["text"]}, "index"),
         ({"index": "text"}, "index"),
-        ({"index": {f"f{i}": "x" for i in range(33)}}, "index"),
-        ({"index": {"text": "x" * 8193}}, "index"),
+        ({"index": {f"f{i}": "x" for i in range(257)}}, "index"),
+        ({"index": {"text": "x" * (256 * 1024 + 1)}}, "index"),
+        ({"index": {"a": "x" * (128 * 1024), "b": "é" * (64 * 1024) + "x"}}, "index"),  # bytes, not characters
         ({"index": {"": "x"}}, "index"),
     ],
 )
@@ -108,6 +109,15 @@ def test_put_rejects_values_that_cannot_be_stored_or_evaluated(bob, raw_value):
     response = bob.put(MEMORIES, body, content_type="application/json")
 
     assert_validation_error(response, "value")
+    assert counts() == (0, 0)
+
+
+def test_put_rejects_index_text_that_cannot_be_stored(bob):
+    body = '{"namespace": ["user", "bob"], "key": "k", "value": {}, "index": {"text": "bad \\ud800 surrogate"}}'
+
+    response = bob.put(MEMORIES, body, content_type="application/json")
+
+    assert_validation_error(response, "index")
     assert counts() == (0, 0)
 
 
@@ -168,6 +178,18 @@ def test_ttl_at_the_maximum_is_accepted(bob):
 
 def test_index_of_strings_is_accepted(bob):
     put_ok(bob, NS, "k", index={"text": "hello", "empty": ""})
+
+
+def test_index_up_to_256_fields_and_256_kib_is_accepted(bob):
+    """What LangGraph's store sends (every string leaf of the value): once refused past 32 fields / 8192 chars."""
+    put_ok(bob, NS, "forty-fields", index={f"$.leaf{i}": f"value {i}" for i in range(40)})
+    put_ok(bob, NS, "one-long-string", index={"$.text": "lorem ipsum " * 1000})  # 12,000 characters
+    per_field = 256 * 1024 // 256
+    at_limit = {f"f{i}": "x" * per_field for i in range(256)}
+    put_ok(bob, NS, "at-limit", index=at_limit)
+    put_ok(bob, NS, "multibyte-at-limit", index={"text": "é" * (128 * 1024)})  # 256 KiB in UTF-8
+    stored = Memory.objects.get(key="at-limit", state="active").indexed_content
+    assert stored == at_limit  # kept whole, never cut
 
 
 def test_max_depth_follows_service_settings(bob):

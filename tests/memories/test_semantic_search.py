@@ -202,24 +202,66 @@ def test_embedding_failure_leaves_rows_pending_with_backoff(bob, monkeypatch):
     assert Memory.objects.get(key="flaky").index_status == IndexStatus.INDEXED
 
 
-def test_crash_mid_batch_loses_nothing(bob):
+@pytest.fixture
+def other_worker():
+    """A second database session standing in for another worker process: its claims are its own, and closing it
+    is what PostgreSQL sees when that process is killed."""
+    import psycopg
+    from django.db import connection
+
+    connection.ensure_connection()
+    session = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+    yield session
+    session.close()
+
+
+def test_claims_of_a_live_worker_are_respected_and_die_with_its_connection(bob, other_worker):
+    from apps.core import claims
+
     put(bob, "a", "river delta ecology")
     put(bob, "b", "desert dune formation")
-    claimed = indexer._claim(10)  # a worker claims the batch, then dies before writing vectors
-    assert len(claimed) == 2
-    assert indexer.run_cycle().indexed == 0  # the lease keeps other workers off while it is valid
-    Memory.objects.update(index_retry_at=timezone.now() - timedelta(seconds=1))  # the lease runs out
-    assert indexer.run_cycle().indexed == 2
+    ids = list(Memory.objects.order_by("created_at").values_list("id", flat=True))
+    # The other worker claims the batch, then dies before writing vectors.
+    assert claims.try_claim(claims.MEMORY_INDEXING, ids, cursor=other_worker.cursor()) == ids
+    assert claims.held_by_others(claims.MEMORY_INDEXING) == 2
+    assert indexer.run_cycle().indexed == 0  # its claims keep this worker off while it lives
+    other_worker.close()  # kill -9: the kernel closes its socket, PostgreSQL ends the session and its locks
+    from tests.conftest import wait_until_released
+
+    wait_until_released(claims.MEMORY_INDEXING)  # the backend exits a moment after the socket closes
+    assert indexer.run_cycle().indexed == 2  # no lease to wait for
     assert MemoryVector.objects.count() == 2
+    assert Memory.objects.filter(index_retry_at__isnull=False).count() == 0
 
 
-def test_concurrent_claims_never_share_a_row(bob):
+def test_claims_split_a_batch_between_workers(bob, other_worker):
+    from apps.core import claims
+
     for index in range(5):
         put(bob, f"k{index}", f"topic {index}")
-    first = {row[0] for row in indexer._claim(3)}
-    second = {row[0] for row in indexer._claim(3)}
-    assert len(first) == 3 and len(second) == 2
-    assert not first & second
+    ids = list(Memory.objects.order_by("created_at").values_list("id", flat=True))
+    theirs = claims.try_claim(claims.MEMORY_INDEXING, ids, limit=3, cursor=other_worker.cursor())
+    assert theirs == ids[:3]
+    mine = {row[0] for row in indexer._claim(10)}
+    assert mine == set(ids[3:])  # the rows the other worker holds are skipped, not waited for
+    indexer._release(mine)
+    assert claims.held_by_others(claims.MEMORY_INDEXING) == 3
+
+
+def test_claims_are_released_after_a_cycle_and_after_a_failure(bob, other_worker, monkeypatch):
+    from apps.core import claims
+    from apps.memories.embeddings import get_provider
+
+    put(bob, "ok", "glacier retreat")
+    indexer.run_cycle()
+    put(bob, "fails", "tidal energy")
+    monkeypatch.setattr(get_provider(), "embed_documents", lambda texts: (_ for _ in ()).throw(RuntimeError("bug")))
+    with pytest.raises(RuntimeError):
+        indexer.run_cycle()
+    monkeypatch.undo()
+    # This session holds nothing any more: another session can claim every row.
+    ids = list(Memory.objects.values_list("id", flat=True))
+    assert sorted(claims.try_claim(claims.MEMORY_INDEXING, ids, cursor=other_worker.cursor())) == sorted(ids)
 
 
 def test_superseded_while_embedding_gets_no_vectors(bob, monkeypatch):
@@ -341,3 +383,89 @@ def test_scope_size_is_counted_once_per_cache_period(bob, settings):
     probes = [q for q in queries.captured_queries if "SELECT count(*) FROM (SELECT 1 FROM memory_vectors" in q["sql"]]
     assert len(probes) == 1
     vector_index._scope_sizes.clear()
+
+
+FILLER = "The quarterly report lists office supplies, printer toner and meeting room bookings. "
+
+
+def test_a_long_field_is_embedded_as_overlapping_chunks_covering_all_of_it(bob, settings, plan):
+    settings.EMBEDDING_MAX_INPUT_CHARS = 400  # the hash embedder has no window of its own; give it one
+    # Numbered lines: no piece of the text repeats, so each chunk's position in it is unique.
+    text = "".join(f"Line {i}. {FILLER}" for i in range(30)) + "Volcanic glass obsidian was traded across the islands."
+    put(bob, "long", "x", index={"body": text, "title": "office notes"})
+    put(bob, "short", "y", index={"body": "office supplies and printer toner for the quarterly report"})
+    indexer.run_cycle()
+
+    chunks = MemoryVector.objects.filter(memory__key="long", field="body").order_by("chunk")
+    numbers = list(chunks.values_list("chunk", flat=True))
+    assert numbers == list(range(len(numbers))) and len(numbers) > 5
+    assert MemoryVector.objects.filter(memory__key="long", field="title").count() == 1
+    from apps.memories.embeddings import get_provider
+
+    pieces = get_provider().chunk(text)
+    assert len(pieces) == len(numbers)
+    assert all(len(piece) <= 400 for piece in pieces)
+    # Overlapping and in order: every piece starts inside the previous one, the last ends where the text ends.
+    position = 0
+    for piece in pieces:
+        start = text.index(piece, max(0, position - 400))
+        assert start <= position
+        position = start + len(piece)
+    assert position == len(text)
+
+    items = search(bob, "obsidian volcanic glass traded")
+    assert items[0]["key"] == "long"  # found by its last chunk
+    assert [item["key"] for item in items].count("long") == 1  # one result per memory, however many chunks
+
+
+@pytest.mark.model
+def test_real_model_finds_a_match_at_the_end_of_a_long_field(bob, settings):
+    settings.EMBEDDING_PROVIDER = "local"
+    filler = FILLER * 150
+    assert len(filler) > 12_000
+    ending = "My grandmother's secret for her apple pie is a pinch of cardamom in the filling."
+    put(bob, "long", "x", index={"text": filler + ending})
+    put(bob, "office", "y", index={"text": "Order more printer toner and book the meeting room for the report."})
+    put(bob, "travel", "z", index={"text": "The train to Lyon leaves at seven from platform four."})
+    put(bob, "pets", "w", index={"text": "Our cat refuses to eat dry food during the summer."})
+    assert indexer.run_cycle().indexed == 4
+    assert MemoryVector.objects.filter(memory__key="long").count() > 10
+
+    items = search(bob, "which spice does grandma put in her apple pie?")
+    # Measured: long 0.24, then pets 0.11, office 0.07 (the filler's best is far below its last chunk).
+    assert items[0]["key"] == "long"
+    assert items[0]["score"] > items[1]["score"] + 0.05
+
+
+@pytest.mark.model
+def test_real_model_chunks_fit_the_window_and_cover_the_text(settings):
+    settings.EMBEDDING_PROVIDER = "local"
+    from apps.memories.embeddings import get_provider
+    from apps.memories.embeddings.local import _load_model
+
+    provider = get_provider()
+    text = "  " + "".join(f"Zürich 東京 naïve café, line {i} of numbers and words; " for i in range(400)) + "the end.  "
+    pieces = provider.chunk(text)
+    model = _load_model(None)
+    assert len(pieces) > 1
+    for piece in pieces:  # each piece fits the model's window once [CLS] and [SEP] are added
+        assert len(model.tokenizer(piece)["input_ids"]) <= model.max_seq_length
+    assert pieces[0].startswith(text[:50]) and pieces[-1].endswith(text[-50:])
+    position = 0
+    for piece in pieces:
+        start = text.index(piece, max(0, position - len(piece)))
+        assert start <= position  # no gap: overlapping or adjacent
+        position = start + len(piece)
+    assert position == len(text)
+    assert provider.chunk("short text") == ["short text"]
+
+
+def test_a_batch_stops_at_the_text_budget_but_the_cycle_goes_on(bob, settings):
+    settings.MEMORY_INDEXING_BATCH_TEXT_BYTES = 3000
+    for index in range(4):
+        put(bob, f"big{index}", "x", index={"text": f"chapter {index} " + "words " * 400})  # ~2.4 KB each
+    put(bob, "huge", "x", index={"text": "saga " * 2000})  # alone over the budget: still taken, alone
+    assert indexer.run_cycle(max_batches=1).indexed == 1  # one version per batch here
+    assert indexer.run_cycle().indexed == 4  # batch after batch until nothing is left
+    assert not Memory.objects.filter(index_status=IndexStatus.PENDING).exists()
+    assert MemoryVector.objects.filter(memory__key="huge").count() == 1  # the hash model has no window

@@ -31,6 +31,14 @@ class EmbeddingProvider(ABC):
 
     name: str
     dimension: int
+    # The longest text (in characters) embedded whole; None = no limit. Providers that know their window in
+    # tokens (local) override ``chunk`` instead.
+    max_input_chars: int | None = None
+
+    def chunk(self, text: str) -> list[str]:
+        """``text`` as one or more overlapping pieces that each fit the model's input window and together cover
+        all of it, so nothing past the window is silently cut. A text that fits is returned whole."""
+        return chunk_by_chars(text, self.max_input_chars)
 
     @abstractmethod
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -59,3 +67,19 @@ def l2_normalize(values: Sequence[float]) -> list[float]:
     if norm == 0.0:
         return [0.0] * len(values)
     return [v / norm for v in values]
+
+
+def chunk_by_chars(text: str, window: int | None, overlap_ratio: float = 0.25) -> list[str]:
+    """Windows of ``window`` characters, consecutive ones overlapping by ``overlap_ratio`` of a window (so a
+    sentence cut by one boundary is whole in the neighbouring chunk); the last one ends at the end of ``text``."""
+    if window is None or len(text) <= window:
+        return [text]
+    stride = max(1, int(window * (1 - overlap_ratio)))
+    chunks = []
+    start = 0
+    while True:
+        end = min(start + window, len(text))
+        chunks.append(text[start:end])
+        if end == len(text):
+            return chunks
+        start += stride

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 import unicodedata
 from functools import lru_cache
 
@@ -52,16 +53,27 @@ class HashingEmbeddingProvider(EmbeddingProvider):
 
     name = "hash"
 
-    def __init__(self, dimension: int = DEFAULT_DIMENSION) -> None:
+    def __init__(
+        self, dimension: int = DEFAULT_DIMENSION, delay_seconds: float = 0.0, max_input_chars: int | None = None
+    ) -> None:
         if dimension < 1:
             raise ValueError("dimension must be positive")
         self.dimension = dimension
+        self.delay_seconds = delay_seconds
+        # Hashing has no input window; a limit (EMBEDDING_MAX_INPUT_CHARS) makes it chunk like a real model would.
+        self.max_input_chars = max_input_chars
 
     @classmethod
     def from_settings(cls) -> HashingEmbeddingProvider:
-        return cls(dimension=getattr(settings, "EMBEDDING_DIMENSIONS", None) or DEFAULT_DIMENSION)
+        return cls(
+            dimension=getattr(settings, "EMBEDDING_DIMENSIONS", None) or DEFAULT_DIMENSION,
+            delay_seconds=getattr(settings, "EMBEDDING_HASH_DELAY_SECONDS", 0.0),
+            max_input_chars=getattr(settings, "EMBEDDING_MAX_INPUT_CHARS", None) or None,
+        )
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.delay_seconds and texts:
+            time.sleep(self.delay_seconds)  # tests: a slow model, so a worker can be killed mid-batch
         return [self._embed(text) for text in texts]
 
     def _embed(self, text: str) -> list[float]:

@@ -33,6 +33,11 @@ logger = logging.getLogger(__name__)
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSION = 384
+# Tokens kept free in each chunk: a piece cut at token boundaries may re-tokenize a little longer on its own.
+CHUNK_MARGIN_TOKENS = 8
+# Chunks of the length the model was trained on (it reads up to 256): a short passage at the end of a long field
+# weighs more in a 128-token chunk's mean-pooled vector than in a 256-token one.
+CHUNK_TOKENS = 128
 
 _load_lock = threading.Lock()
 # Fast (Rust) tokenizers raise "Already borrowed" when one instance is used from two threads at once, and
@@ -119,8 +124,8 @@ def start_loading(torch_threads: int | None) -> None:
 
 class LocalEmbeddingProvider(EmbeddingProvider):
     """Semantic embeddings computed in-process. The model loads on first use, once per process, and is shared
-    by every instance; texts longer than the model's 256-token window are truncated, so index chunks, not
-    whole documents."""
+    by every instance. The model reads at most 256 tokens (it would silently drop the rest), so the indexer
+    splits longer fields with ``chunk`` (token windows, overlapping) and embeds every piece."""
 
     name = "local"
     dimension = DIMENSION
@@ -149,6 +154,35 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             model_path()  # a missing package is a configuration error, reported at once
             start_loading(self.torch_threads)
             raise EmbeddingError(f"{MODEL_NAME} is loading")
+
+    def chunk(self, text: str) -> list[str]:
+        """Windows of CHUNK_TOKENS of the model's own tokens (never more than ``max_seq_length`` less the
+        [CLS]/[SEP] it adds and a margin for a piece re-tokenizing slightly longer at its edges), overlapping by a
+        quarter, cut at token boundaries mapped back to characters; together they cover every character."""
+        model = _load_model(self.torch_threads)
+        window = min(CHUNK_TOKENS, max(16, int(model.max_seq_length) - 2 - CHUNK_MARGIN_TOKENS))
+        try:
+            with _encode_lock:
+                offsets = model.tokenizer(
+                    text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+                )["offset_mapping"]
+        except Exception as exc:
+            raise EmbeddingError(f"{MODEL_NAME} failed to tokenize a text: {exc}") from exc
+        if len(offsets) <= window:
+            return [text]
+        stride = window - window // 4
+        chunks = []
+        start = 0
+        while True:
+            end = min(start + window, len(offsets))
+            # First piece from the very start, last to the very end: leading/trailing characters that make no
+            # token (spaces, control characters) belong to a chunk too.
+            begin = 0 if start == 0 else offsets[start][0]
+            finish = len(text) if end == len(offsets) else offsets[end][0]
+            chunks.append(text[begin:finish])
+            if end == len(offsets):
+                return chunks
+            start += stride
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:

@@ -30,6 +30,11 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
+# OpenAI's embedding models read 8191 tokens; a token is at least one character of ordinary text, so 8000
+# characters fit. Set EMBEDDING_MAX_INPUT_CHARS for a server with a smaller window.
+DEFAULT_MAX_INPUT_CHARS = 8000
+
+
 class OpenAICompatibleEmbeddingProvider(EmbeddingProvider):
     """Remote embeddings. Inputs are sent in batches of ``batch_size``; transient failures (connection errors,
     timeouts, 429 and 5xx) are retried ``max_retries`` times with exponential backoff and full jitter, other
@@ -50,6 +55,7 @@ class OpenAICompatibleEmbeddingProvider(EmbeddingProvider):
         send_dimensions: bool = True,
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
+        max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
     ) -> None:
         if not base_url:
             raise ImproperlyConfigured("EMBEDDING_BASE_URL is required for the openai embedding provider")
@@ -70,6 +76,8 @@ class OpenAICompatibleEmbeddingProvider(EmbeddingProvider):
         self.send_dimensions = send_dimensions
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        # Longer index fields are sent as overlapping chunks (EmbeddingProvider.chunk) rather than cut by the server.
+        self.max_input_chars = max_input_chars
         # requests.Session is not documented as thread-safe; one per thread keeps connection reuse safely.
         self._sessions = ThreadLocalSessions()
 
@@ -83,6 +91,7 @@ class OpenAICompatibleEmbeddingProvider(EmbeddingProvider):
             timeout=getattr(settings, "EMBEDDING_TIMEOUT_SECONDS", 10.0),
             max_retries=getattr(settings, "EMBEDDING_MAX_RETRIES", 3),
             batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", 64),
+            max_input_chars=getattr(settings, "EMBEDDING_MAX_INPUT_CHARS", None) or DEFAULT_MAX_INPUT_CHARS,
         )
 
     def __repr__(self) -> str:

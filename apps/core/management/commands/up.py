@@ -1,13 +1,16 @@
-"""`make run`: migrate, then start web + worker + beat (honcho over the Procfile) and stop the embedded servers
-this command started when it exits."""
+"""`make run`: migrate, then run web + worker + beat (the Procfile) under a supervisor that restarts a process that
+dies, and stop the embedded servers this command started however it ends: Ctrl-C (SIGINT), SIGTERM, SIGHUP, a
+fatal error or an exception (a ``finally``, signal handlers and ``atexit`` all lead to the same idempotent stop)."""
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +18,23 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from apps.core.supervisor import Supervisor, read_procfile, stop_with_parent
 from config import embedded_services
+
+logger = logging.getLogger("apps.core.up")
+
+_stop_lock = threading.Lock()
+
+
+def stop_embedded_services() -> None:
+    """Stop the embedded PostgreSQL and Valkey if this process started them (once, whoever calls first)."""
+    with _stop_lock:
+        started = set(embedded_services.started_here)
+        if not started:
+            return
+        embedded_services.started_here.clear()
+    embedded_services.stop(only=started)
+    logger.info("embedded services stopped", extra={"services": sorted(started)})
 
 
 class Command(BaseCommand):
@@ -25,10 +44,43 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=settings.PORT, help="HTTP port (default: $PORT or 8080)")
 
     def handle(self, *args, port: int, **options) -> None:
-        started = time.monotonic()
-        call_command("migrate", interactive=False, verbosity=0)
-        self.stdout.write(f"database ready ({time.monotonic() - started:.1f}s)")
+        # Settings were loaded before this runs, which is when the embedded servers were started: from here on,
+        # every way out stops them.
+        atexit.register(stop_embedded_services)
+        supervisor: Supervisor | None = None
+        shutting_down = threading.Event()
 
+        def on_signal(signum: int, _frame) -> None:
+            if shutting_down.is_set():
+                return  # a second Ctrl-C must not interrupt the orderly stop
+            shutting_down.set()
+            logger.info("shutting down", extra={"signal": signal.Signals(signum).name})
+            if supervisor is None:
+                raise SystemExit(128 + signum)  # still migrating: unwind through the finally below
+            supervisor.stop()
+
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, on_signal)
+        stop_with_parent()
+        try:
+            started = time.monotonic()
+            call_command("migrate", interactive=False, verbosity=0)
+            self.stdout.write(f"database ready ({time.monotonic() - started:.1f}s)")
+            supervisor = Supervisor(
+                processes=read_procfile(Path(settings.BASE_DIR) / "Procfile"),
+                env=self._environment(port),
+                cwd=Path(settings.BASE_DIR),
+            )
+            self._banner(port)
+            supervisor.run()
+        finally:
+            shutting_down.set()
+            if supervisor is not None:
+                supervisor.shutdown()
+            stop_embedded_services()
+            self.stdout.write("stopped")
+
+    def _environment(self, port: int) -> dict[str, str]:
         env = os.environ.copy()
         env["PORT"] = str(port)
         # The Procfile names gunicorn and celery: take them from this interpreter's virtualenv.
@@ -39,23 +91,7 @@ class Command(BaseCommand):
         metrics_dir.mkdir(parents=True)
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         env.setdefault("DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.embedded"))
-
-        self._banner(port)
-        honcho = Path(sys.executable).with_name("honcho")
-        procfile = Path(settings.BASE_DIR) / "Procfile"
-        # Ctrl-C reaches honcho and its children through the process group; SIGTERM (a supervisor, `timeout`) is
-        # forwarded. Either way we wait for honcho to stop its processes, then stop what we started.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        honcho_process = subprocess.Popen([str(honcho), "start", "-f", str(procfile)], env=env, cwd=settings.BASE_DIR)
-        signal.signal(signal.SIGTERM, lambda signum, frame: honcho_process.send_signal(signal.SIGTERM))
-        try:
-            code = honcho_process.wait()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if embedded_services.started_here:
-                embedded_services.stop(only=set(embedded_services.started_here))
-                self.stdout.write("embedded PostgreSQL and Valkey stopped")
-        raise SystemExit(code)
+        return env
 
     def _banner(self, port: int) -> None:
         base = f"http://localhost:{port}"
