@@ -9,6 +9,14 @@ import pytest
 from tests.live_service import LiveService
 
 
+def pytest_configure(config) -> None:
+    """Load Schemathesis's pytest plugin for this directory's runs only (pyproject.toml turns its auto-load off)."""
+    from schemathesis.pytest import plugin
+
+    if not config.pluginmanager.is_registered(plugin):
+        config.pluginmanager.register(plugin, "schemathesis-fuzz")
+
+
 @pytest.fixture(scope="session")
 def live_service(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LiveService]:
     from django.db import connection
