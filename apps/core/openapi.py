@@ -57,7 +57,8 @@ def postprocess_schema(result: dict[str, Any], generator, request, public) -> di
                 continue
             responses = operation.setdefault("responses", {})
             wanted = []
-            if operation.get("security", default_security):
+            # [{}] (or no entry at all) means "no credentials needed": nothing to be 401 about.
+            if any(operation.get("security", default_security) or []):
                 wanted.append(401)
             if operation.get("parameters") or operation.get("requestBody"):
                 wanted.append(400)
