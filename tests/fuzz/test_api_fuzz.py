@@ -74,7 +74,7 @@ def d1_error_body(ctx: Any, response: Any, case: Any) -> bool | None:
     return None
 
 
-def _config(examples: int) -> SchemathesisConfig:
+def _config(examples: int, *, coverage: bool) -> SchemathesisConfig:
     return SchemathesisConfig.from_dict(
         {
             "seed": SEED,
@@ -87,7 +87,9 @@ def _config(examples: int) -> SchemathesisConfig:
                 # turn every example into a 401.
                 "with-security-parameters": False,
             },
-            "phases": {"stateful": {"enabled": False}},
+            # Coverage: every boundary and type violation the schema implies, deterministic, about 70 requests
+            # per operation; the bulk of the run, so it runs for one user (see the two tests below).
+            "phases": {"coverage": {"enabled": coverage}, "stateful": {"enabled": False}},
             "checks": {
                 # Off: it wants every schema-valid request accepted, and the API refuses some for reasons JSON
                 # Schema cannot state (the namespace depth is an admin setting changed at run time, keys are
@@ -124,16 +126,13 @@ SCHEMA_DOCUMENT = _own_schema_document()
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "0")) or max(
     MIN_EXAMPLES, min(MAX_EXAMPLES, FUZZ_BUDGET // max(_fuzzed_operations(SCHEMA_DOCUMENT), 1))
 )
-schema = schemathesis.openapi.from_dict(SCHEMA_DOCUMENT, config=_config(EXAMPLES)).exclude(path=sorted(EXCLUDED_PATHS))
-
-
 # The built-in policy lets a user write, read and delete only under ["user", <user id>, ...]. Random namespaces
 # would make every memory call a 403 and leave the code behind authorization unfuzzed, so in about half of the
 # schema-valid cases any namespace-shaped field (the memory endpoints' names for it) is moved into the caller's own
 # subtree. Invalid cases are left alone: moving could make them valid and then wrongly expect a 4xx.
 OWN_NAMESPACE_FIELDS = ("namespace", "namespace_prefix", "ns", "prefix")
 MAX_OWN_DEPTH = 5  # the default memory.episodic.namespace.max_depth
-CURRENT_USER = {"name": "bob"}  # set per test item by fuzz_headers; read when Hypothesis draws a case
+CURRENT_USER = {"name": "bob"}  # set by each test before it draws (Hypothesis draws inside the test)
 
 
 def _in_own_subtree(container: Any) -> Any:
@@ -153,7 +152,6 @@ def _has_namespace(container: Any) -> bool:
     return isinstance(container, dict) and any(field in container for field in OWN_NAMESPACE_FIELDS)
 
 
-@schema.hook
 def flatmap_case(context: Any, case: Any):
     positive = case.meta is not None and case.meta.generation.mode == GenerationMode.POSITIVE
     if not positive or not (_has_namespace(case.body) or _has_namespace(case.query)):
@@ -168,16 +166,28 @@ def flatmap_case(context: Any, case: Any):
     return st.booleans().map(place)
 
 
-@pytest.fixture(params=["bob", "alice"])
-def fuzz_user(request) -> str:
-    """bob: role user; alice: roles user and admin (D2's dev IdP users)."""
-    return request.param
+def _schema(*, coverage: bool):
+    schema = schemathesis.openapi.from_dict(SCHEMA_DOCUMENT, config=_config(EXAMPLES, coverage=coverage))
+    schema.hook(flatmap_case)
+    return schema.exclude(path=sorted(EXCLUDED_PATHS))
 
 
-@pytest.fixture
-def fuzz_headers(live_service: LiveService, fuzz_user: str) -> dict[str, str]:
-    CURRENT_USER["name"] = fuzz_user
-    return {"Authorization": f"Bearer {live_service.token(fuzz_user)}"}
+# alice (roles user, admin) gets every phase: as an admin her valid cases get past authorization on every endpoint,
+# admin ones included, so the boundary cases reach the most code. bob (role user) gets the fuzzing phase: random
+# valid and invalid cases as a plain user, where policies and memberships deny.
+as_admin = _schema(coverage=True)
+as_user = _schema(coverage=False)
+
+
+@pytest.fixture(scope="session")
+def fuzz_tokens(live_service: LiveService) -> dict[str, str]:
+    """Tokens from the live service's dev IdP (D2): the real password grant."""
+    return {user: live_service.token(user) for user in ("alice", "bob")}
+
+
+def _headers(tokens: dict[str, str], user: str) -> dict[str, str]:
+    CURRENT_USER["name"] = user
+    return {"Authorization": f"Bearer {tokens[user]}"}
 
 
 @pytest.fixture(scope="session")
@@ -193,18 +203,30 @@ def test_live_server_serves_the_fuzzed_schema(live_service: LiveService) -> None
     assert response.json() == SCHEMA_DOCUMENT
 
 
-@schema.parametrize()
-# The fixtures are the live server and a token: nothing an example changes, so reusing them across examples is right.
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@pytest.mark.django_db(transaction=True)  # the live server commits; pytest-django empties the tables afterwards
-def test_api_conforms_to_its_schema(
-    case, live_service: LiveService, fuzz_headers: dict[str, str], fuzz_session: requests.Session
-) -> None:
+def _call_and_validate(case, live_service: LiveService, session: requests.Session, headers: dict[str, str]) -> None:
     response = case.call_and_validate(
         base_url=live_service.base_url,
-        session=fuzz_session,
-        headers=fuzz_headers,
+        session=session,
+        headers=headers,
         additional_checks=[d1_error_body],
         timeout=30,
     )
     STATS[f"{case.method.upper()} {case.path}"][response.status_code] += 1
+
+
+# The fixtures are the live server, a session and tokens: nothing an example changes, so reusing them is right.
+# transaction=True: the live server commits; pytest-django empties the tables after each operation's test.
+
+
+@as_admin.parametrize()
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.django_db(transaction=True)
+def test_api_as_admin(case, live_service: LiveService, fuzz_session: requests.Session, fuzz_tokens) -> None:
+    _call_and_validate(case, live_service, fuzz_session, _headers(fuzz_tokens, "alice"))
+
+
+@as_user.parametrize()
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.django_db(transaction=True)
+def test_api_as_user(case, live_service: LiveService, fuzz_session: requests.Session, fuzz_tokens) -> None:
+    _call_and_validate(case, live_service, fuzz_session, _headers(fuzz_tokens, "bob"))
