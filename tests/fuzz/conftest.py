@@ -42,3 +42,14 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for operation, statuses in sorted(STATS.items()):
         seen = ", ".join(f"{status}: {count}" for status, count in sorted(statuses.items()))
         terminalreporter.write_line(f"{operation:45} {seen}")
+
+
+def pytest_unconfigure(config) -> None:
+    """Drop the policy engine while regopy can still free it: with Schemathesis and Hypothesis loaded, the engine
+    otherwise lives until interpreter shutdown and regopy's __del__ prints ignored TypeErrors there."""
+    import gc
+
+    from apps.core.policy import reset_engine
+
+    reset_engine()
+    gc.collect()
