@@ -20,6 +20,8 @@ from urllib.parse import quote
 import requests
 from django.conf import settings
 
+_PROCESS_ENV = {"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONDONTWRITEBYTECODE"}
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -47,8 +49,11 @@ class LiveService:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        # A clean environment: only what a process needs to run, then the service's settings. Inheriting all of
+        # os.environ would hand the server whatever an earlier test left there (a SERVICE_POLICY_DIR that no
+        # longer exists stopped it from booting).
         self.env = {
-            **os.environ,
+            **{name: value for name, value in os.environ.items() if name in _PROCESS_ENV},
             "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
             "DATABASE_URL": database_url(db_settings),
             "REDIS_URL": settings.REDIS_URL,
@@ -78,6 +83,8 @@ class LiveService:
             "1",
             "--graceful-timeout",
             "5",
+            # gunicorn's control socket defaults to one path under $HOME for every instance on the machine.
+            "--no-control-socket",
         ]
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
