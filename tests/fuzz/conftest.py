@@ -21,7 +21,9 @@ def pytest_configure(config) -> None:
 def live_service(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LiveService]:
     from django.db import connection
 
-    # pytest-django has created the test database; its name is in the connection's settings from here on.
+    # pytest-django has created the test database (for the django_db-marked tests); its name is in the connection's
+    # settings from here on. Never let the live server (and the flush after it) near any other database.
+    assert connection.settings_dict["NAME"].startswith("test_"), connection.settings_dict["NAME"]
     service = LiveService(db_settings=connection.settings_dict, log_path=tmp_path_factory.mktemp("live") / "web.log")
     service.start()
     try:

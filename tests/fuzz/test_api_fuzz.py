@@ -211,6 +211,7 @@ def fuzz_session() -> Iterator[requests.Session]:
         yield session
 
 
+@pytest.mark.django_db
 def test_live_server_serves_the_fuzzed_schema(live_service: LiveService) -> None:
     response = requests.get(f"{live_service.base_url}/openapi.json", timeout=30)
     assert response.status_code == 200
@@ -229,16 +230,19 @@ def _call_and_validate(case, live_service: LiveService, session: requests.Sessio
 
 
 # The fixtures are the live server, a session and tokens: nothing an example changes, so reusing them is right.
-# What the live server commits is flushed once after the module (_empty_tables_afterwards).
+# What the live server commits is flushed once after the module (_empty_tables_afterwards). The django_db mark is
+# what makes pytest-django create the test database at all (it only sets up databases that marked tests use).
 
 
 @as_admin.parametrize()
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.django_db
 def test_api_as_admin(case, live_service: LiveService, fuzz_session: requests.Session, fuzz_tokens) -> None:
     _call_and_validate(case, live_service, fuzz_session, _headers(fuzz_tokens, "alice"))
 
 
 @as_user.parametrize()
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.django_db
 def test_api_as_user(case, live_service: LiveService, fuzz_session: requests.Session, fuzz_tokens) -> None:
     _call_and_validate(case, live_service, fuzz_session, _headers(fuzz_tokens, "bob"))
