@@ -56,8 +56,8 @@ MAX_OFFSET = 10_000  # memory search pages by offset (D3)
 def parse_limit(raw: Any, endpoint: str, field: str = "limit") -> int:
     """The request's limit, or the endpoint default when absent; anything else than an integer in bounds is 400."""
     bounds = LIMITS[endpoint]
-    if raw is None or raw == "":
-        return bounds.default
+    if raw is None:
+        return bounds.default  # an empty query value is not absent: int("") below makes it a 400 (D3)
     if isinstance(raw, bool):
         raise _limit_error(field, bounds)
     if isinstance(raw, str):

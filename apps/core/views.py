@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core import errors, metrics, readiness
+from apps.core.serializers import error_responses
 
 
 @extend_schema(
@@ -32,7 +33,8 @@ def healthz(request: Request) -> Response:
     responses={
         200: inline_serializer(
             "Readiness", {"status": serializers.CharField(), "checks": serializers.DictField(child=serializers.CharField())}
-        )
+        ),
+        **error_responses(503),
     },
     summary="Readiness: database, Redis, policy engine and embedder; 503 naming the failing parts",
 )

@@ -15,8 +15,22 @@ from apps.core.serializers import error_responses
 from apps.memories import selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
-_NS_PARAM = OpenApiParameter("ns", str, many=True, required=True, description="One per namespace segment, in order")
-_KEY_PARAM = OpenApiParameter("key", str, required=True)
+# Query schemas as strict as the validation behind them (serializers.MemoryAddressSerializer, _segments): the fuzzer
+# holds the server to them in both directions.
+_SEGMENT = {"type": "string", "minLength": 1, "maxLength": serializers.MAX_SEGMENT_CHARS}
+_SEGMENTS = {"type": "array", "items": _SEGMENT}
+_NS_PARAM = OpenApiParameter(
+    "ns",
+    {**_SEGMENTS, "minItems": 1},
+    required=True,
+    description="One per namespace segment, in order (at most the configured namespace depth)",
+)
+_KEY_PARAM = OpenApiParameter(
+    "key",
+    {"type": "string", "minLength": 1, "maxLength": serializers.MAX_KEY_BYTES},
+    required=True,
+    description=f"At most {serializers.MAX_KEY_BYTES} bytes in UTF-8",
+)
 
 
 def _validated(serializer_class, data) -> dict:
@@ -116,10 +130,10 @@ class MemorySearchView(APIView):
 
 def _int_param(request: Request, name: str, minimum: int) -> int | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
     try:
-        value = int(raw)
+        value = int(raw)  # "" included: an empty value is malformed (D1), not absent
     except ValueError:
         raise errors.validation_error({name: f"must be an integer >= {minimum}"}) from None
     if value < minimum:
@@ -138,6 +152,9 @@ def _segments(request: Request, name: str) -> list[str]:
     for segment in segments:
         if not segment or "\x00" in segment:
             raise errors.validation_error({name: "segments must be non-empty strings"})
+        # No stored namespace has a longer segment (D4): a longer one is a malformed request, as on writes.
+        if len(segment) > serializers.MAX_SEGMENT_CHARS:
+            raise errors.validation_error({name: f"segments must be at most {serializers.MAX_SEGMENT_CHARS} characters"})
     return segments
 
 
@@ -149,9 +166,9 @@ class NamespacesView(APIView):
         "once per segment; `max_depth` truncates each result from the root (after suffix matching), then results "
         "are de-duplicated.",
         parameters=[
-            OpenApiParameter("prefix", str, many=True),
-            OpenApiParameter("suffix", str, many=True),
-            OpenApiParameter("max_depth", int, description=">= 1"),
+            OpenApiParameter("prefix", _SEGMENTS, description="One per segment, in order"),
+            OpenApiParameter("suffix", _SEGMENTS, description="One per segment, in order"),
+            OpenApiParameter("max_depth", {"type": "integer", "minimum": 1}, description=">= 1"),
         ],
         responses={200: serializers.NamespacesResponse, **error_responses(400, 401)},
     )
@@ -167,10 +184,10 @@ class NamespacesView(APIView):
 
 def _timestamp_param(request: Request, name: str) -> datetime | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
     try:
-        value = datetime.fromisoformat(raw)
+        value = datetime.fromisoformat(raw)  # "" included: an empty value is malformed (D1), not absent
         # In UTC now: 9999-12-31T23:59-01:00 parses but lies beyond the last representable instant.
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
     except (ValueError, OverflowError):
@@ -192,12 +209,12 @@ class MemoryEventsView(APIView):
         description="Events in commit order. `after_cursor` in the response points after the last event returned "
         "(or echoes the request's when nothing new), so a client can keep polling. Scoped like reads.",
         parameters=[
-            OpenApiParameter("ns", str, many=True, description="Namespace prefix, one per segment"),
+            OpenApiParameter("ns", _SEGMENTS, description="Namespace prefix, one per segment"),
             OpenApiParameter("kinds", str, many=True, description="add, update, delete, expired; repeated or comma-separated"),
             OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
             OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
             OpenApiParameter("after_cursor", str),
-            OpenApiParameter("limit", int, description="1..200, default 50"),
+            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": 200}, description="1..200, default 50"),
         ],
         responses={200: serializers.MemoryEventsResponse, **error_responses(400, 401)},
     )

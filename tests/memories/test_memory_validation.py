@@ -378,6 +378,10 @@ def test_bad_filter_is_400_for_non_admins_too(bob):
         ({"max_depth": "1.5"}, "max_depth"),
         ({"prefix": ["user", ""]}, "prefix"),
         ({"suffix": [""]}, "suffix"),
+        # Found by the fuzzer (tests/fuzz): an empty value is malformed, not absent; no segment exceeds 256.
+        ({"max_depth": ""}, "max_depth"),
+        ({"prefix": ["x" * 257]}, "prefix"),
+        ({"suffix": ["x" * 257]}, "suffix"),
     ],
 )
 def test_namespaces_reject_bad_query(bob, params, field):
@@ -415,6 +419,11 @@ def test_namespaces_huge_max_depth_truncates_nothing(bob, max_depth):
         ({"after": "9999-12-31T23:59:59-23:59"}, "after"),
         ({"before": "0001-01-01T00:00:00+23:59"}, "before"),
         ({"ns": ["user", ""]}, "ns"),
+        # Found by the fuzzer (tests/fuzz): an empty value is malformed, not absent; no segment exceeds 256.
+        ({"limit": ""}, "limit"),
+        ({"after": ""}, "after"),
+        ({"before": ""}, "before"),
+        ({"ns": ["x" * 257]}, "ns"),
     ],
 )
 def test_events_reject_bad_query(bob, params, field):

@@ -1,0 +1,75 @@
+"""Keeps /openapi.json honest about what every endpoint really does, so clients and the fuzzer (tests/fuzz) can
+trust it: unknown request fields are refused, and every error a request can meet is documented with D1's body.
+
+Registered in SPECTACULAR_SETTINGS (``POSTPROCESSING_HOOKS``); the serializer extension registers on import
+(apps.core.apps). New endpoints get both without doing anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+
+from apps.core.serializers import _ERROR_DESCRIPTIONS
+
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
+_METHODS = {"get", "put", "post", "patch", "delete"}
+
+
+class StrictSerializerSchema(OpenApiSerializerExtension):
+    """A StrictSerializer refuses unknown top-level fields with 400 (D1): say so in the request schema."""
+
+    target_class = "apps.core.serializers.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            schema["additionalProperties"] = False
+        return schema
+
+
+def _error_response(status: int) -> dict[str, Any]:
+    return {"description": _ERROR_DESCRIPTIONS.get(status, ""), "content": {"application/json": {"schema": ERROR_REF}}}
+
+
+def postprocess_schema(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
+    """Document the errors the shared layers raise on every API operation, where the view did not:
+
+    - 401 on every operation that takes credentials (authentication runs first, D1);
+    - 400 on every operation with parameters or a body (validation, malformed JSON);
+    - 413 on every operation with a body (REQUEST_MAX_BODY_BYTES);
+    - 404 on every operation with a path parameter.
+
+    An error response documented without a body gets D1's. The Error component allows no other keys.
+    """
+    error = result.get("components", {}).get("schemas", {}).get("Error")
+    if error is not None:
+        error["additionalProperties"] = False
+        error["properties"]["details"] = {"type": "object", "additionalProperties": True}
+    default_security = result.get("security")
+    for path, item in result.get("paths", {}).items():
+        if not path.startswith("/v1/"):
+            continue
+        for method, operation in item.items():
+            if method not in _METHODS:
+                continue
+            responses = operation.setdefault("responses", {})
+            wanted = []
+            # [{}] (or no entry at all) means "no credentials needed": nothing to be 401 about.
+            if any(operation.get("security", default_security) or []):
+                wanted.append(401)
+            if operation.get("parameters") or operation.get("requestBody"):
+                wanted.append(400)
+            if operation.get("requestBody"):
+                wanted.append(413)
+            if "{" in path:
+                wanted.append(404)
+            for status in wanted:
+                responses.setdefault(str(status), _error_response(status))
+            for status, response in responses.items():
+                if status.isdigit() and int(status) >= 400 and "content" not in response:
+                    response["content"] = {"application/json": {"schema": ERROR_REF}}
+                    response["description"] = response.get("description") or _ERROR_DESCRIPTIONS.get(int(status), "")
+    return result

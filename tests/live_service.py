@@ -1,0 +1,139 @@
+"""The real service as a separate process on a free loopback port, for tests that need a live HTTP server.
+
+It is the production web stack of the Procfile (gunicorn + uvicorn worker + config.asgi) on the embedded settings
+with DEBUG off, pointed at this pytest session's test database and Valkey. Whatever it writes is committed, so a
+test that drives it must be ``django_db(transaction=True)`` (pytest-django then empties the tables afterwards).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import quote
+
+import requests
+from django.conf import settings
+
+_PROCESS_ENV = {"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONDONTWRITEBYTECODE"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url(settings_dict: Mapping) -> str:
+    """A libpq URL for a Django DATABASES entry (the test database once pytest-django created it)."""
+    user = quote(settings_dict.get("USER") or "", safe="")
+    password = quote(settings_dict.get("PASSWORD") or "", safe="")
+    credentials = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or ""
+    port = settings_dict.get("PORT") or ""
+    name = quote(settings_dict["NAME"], safe="")
+    if host.startswith("/"):  # a Unix socket directory
+        return f"postgresql://{credentials}/{name}?host={quote(host, safe='')}" + (f"&port={port}" if port else "")
+    return f"postgresql://{credentials}{host}{':' + str(port) if port else ''}/{name}"
+
+
+class LiveService:
+    """``start()`` → ``base_url``; ``token(user)`` from the live dev IdP; ``stop()``; ``log_tail()`` for failures."""
+
+    def __init__(self, *, db_settings: Mapping, log_path: Path, extra_env: Mapping[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        # A clean environment: only what a process needs to run, then the service's settings. Inheriting all of
+        # os.environ would hand the server whatever an earlier test left there (a SERVICE_POLICY_DIR that no
+        # longer exists stopped it from booting).
+        self.env = {
+            **{name: value for name, value in os.environ.items() if name in _PROCESS_ENV},
+            "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
+            "DATABASE_URL": database_url(db_settings),
+            "REDIS_URL": settings.REDIS_URL,
+            "DATA_DIR": str(settings.DATA_DIR),  # the same dev IdP key and encryption keys as this process
+            "PORT": str(self.port),  # the dev IdP's issuer is http://localhost:PORT/dev-idp
+            "DEBUG": "false",  # production error handling: DEBUG pages would hide HTML-vs-JSON defects
+            "DEV_IDP_ENABLED": "true",
+            "API_KEYS": settings.API_KEYS,
+            "EMBEDDING_PROVIDER": "hash",  # no torch in the server: semantic search still runs end to end
+            "LOG_LEVEL": "WARNING",
+            "WSGI_THREADS": "4",
+            **(extra_env or {}),
+        }
+        self.process: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self, timeout: float = 60.0) -> LiveService:
+        gunicorn = Path(sys.executable).with_name("gunicorn")
+        argv = [
+            str(gunicorn),
+            "config.asgi:application",
+            "-k",
+            "uvicorn_worker.UvicornWorker",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            "1",
+            "--graceful-timeout",
+            "5",
+            # gunicorn's control socket defaults to one path under $HOME for every instance on the machine.
+            "--no-control-socket",
+        ]
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            argv, env=self.env, cwd=settings.BASE_DIR, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the service exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if requests.get(f"{self.base_url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the service did not answer /healthz within {timeout:.0f} s:\n{self.log_tail()}")
+
+    def token(self, username: str) -> str:
+        """An access token from the live service's own dev IdP (the password grant; password = user name)."""
+        response = requests.post(
+            f"{self.base_url}/dev-idp/token",
+            data={
+                "grant_type": "password",
+                "client_id": settings.DEV_IDP_CLIENT_ID,
+                "client_secret": settings.DEV_IDP_CLIENT_SECRET,
+                "username": username,
+                "password": username,
+            },
+            timeout=10,
+        )
+        response.raise_for_status()
+        return response.json()["access_token"]
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            # The process group: gunicorn's master and its worker.
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
