@@ -72,3 +72,15 @@ def conversation_members(conversation_id: str) -> list[tuple[str, str]]:
             [conversation_id],
         )
         return [(user_id, level) for user_id, level in cursor.fetchall()]
+
+
+def grant_owner(root_id: str, user_id: str, created_at) -> bool:
+    """Make ``user_id`` the owner member of the fork tree ``root_id`` (a new conversation's creator). Lives here,
+    next to the level queries, so apps.conversations never imports apps.sharing; True when a row was inserted."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO conversation_memberships (id, root_id, user_id, access_level, created_at) "
+            "VALUES (gen_random_uuid(), %s, %s, %s, %s) ON CONFLICT (root_id, user_id) DO NOTHING",
+            [root_id, user_id, AccessLevel.OWNER.value, created_at],
+        )
+        return cursor.rowcount == 1
