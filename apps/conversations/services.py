@@ -234,9 +234,8 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
         if locked.deleted:
             raise errors.not_found("Conversation not found.")
         if fork is not None and (locked.forked_at_conversation_id, locked.forked_at_entry_id) != fork:
-            raise errors.validation_error(
-                {"forkedAtConversationId": "a fork point can only be given when the conversation id is new"}
-            )
+            # The id is taken by another conversation (or another fork point): a client-chosen id that exists.
+            raise errors.conflict("A conversation with this id already exists; a fork needs a new id.")
         if not at_least(locked.level, AccessLevel.WRITER):
             raise errors.forbidden("You do not have write access to this conversation.")
         with connection.cursor() as cursor:
@@ -294,7 +293,7 @@ def _create_for_append(
     parent_id, entry_id = fork
     vis = selectors.visibility(principal.user_id, parent_id)
     if vis is None or vis.deleted:
-        raise errors.validation_error({"forkedAtConversationId": "no such conversation"})
+        raise errors.not_found("The conversation to fork (forkedAtConversationId) does not exist.")
     if not at_least(vis.level, AccessLevel.WRITER):
         raise errors.forbidden("Forking needs write access to the parent conversation.")
     if not selectors.entry_visible(principal, vis, entry_id):

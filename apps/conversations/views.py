@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from apps.conversations import selectors, serializers, services
 from apps.core import audit, errors, pagination
+from apps.core.openapi import EnvelopeAutoSchema
 from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_uuid
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -35,6 +36,7 @@ def _validated(serializer_class, data) -> dict:
 
 
 class ConversationViewSet(viewsets.ViewSet):
+    schema = EnvelopeAutoSchema()
     lookup_field = "conversationId"
     lookup_value_regex = ID_SEGMENT
 
@@ -145,10 +147,12 @@ class ConversationViewSet(viewsets.ViewSet):
         summary="Append an entry",
         description="Writer or above. An unknown conversation id creates the conversation, owned by the caller and "
         "titled from the first 40 characters of the first text; with forkedAtConversationId + forkedAtEntryId it "
-        "creates a fork that sees the parent's entries before that entry. context entries need an API-key client.",
+        "creates a fork that sees the parent's entries before that entry (404 when the parent does not exist, 400 when "
+        "the entry is not one of its visible entries, 409 when the id already exists with another fork point). "
+        "context entries need an API-key client.",
         parameters=[CONVERSATION_ID],
         request=serializers.EntryAppendSerializer,
-        responses={201: serializers.EntryResponse, **error_responses(400, 401, 403, 404, 413)},
+        responses={201: serializers.EntryResponse, **error_responses(400, 401, 403, 404, 409, 413)},
     )
     @entries.mapping.post
     def append_entry(self, request: Request, conversationId: str) -> Response:
@@ -181,6 +185,7 @@ def require_auditor(request: Request) -> None:
 class AdminConversationViewSet(viewsets.ViewSet):
     """Auditor or admin role (403 for others); every call is audit-logged before it answers."""
 
+    schema = EnvelopeAutoSchema()
     lookup_field = "conversationId"
     lookup_value_regex = ID_SEGMENT
 

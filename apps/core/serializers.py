@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import uuid
 from typing import Any
@@ -189,7 +190,10 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
     match_subclasses = True
 
     def map_serializer(self, auto_schema, direction):
-        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        # Views validate these bodies whole, PATCH included (never partial=True): required fields stay required.
+        target = copy.copy(self.target)
+        target.partial = False
+        schema = auto_schema._map_serializer(target, direction, bypass_extensions=True)
         schema["additionalProperties"] = False
         return schema
 

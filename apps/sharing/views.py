@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core import audit, errors, pagination
+from apps.core.openapi import EnvelopeAutoSchema
 from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_text, path_uuid
 from apps.sharing import selectors, serializers, services
 
@@ -34,6 +35,7 @@ class MembershipViewSet(viewsets.ViewSet):
     """/v1/conversations/{conversationId}/memberships[/{userId}]. Memberships belong to the fork tree: the same
     members answer for every conversation of it."""
 
+    schema = EnvelopeAutoSchema()
     lookup_field = "userId"
     lookup_value_regex = r"[^/]+"
 
@@ -105,6 +107,7 @@ class MembershipViewSet(viewsets.ViewSet):
 
 
 class AdminMembershipViewSet(viewsets.ViewSet):
+    schema = EnvelopeAutoSchema()
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's members",
@@ -130,6 +133,7 @@ class AdminMembershipViewSet(viewsets.ViewSet):
 
 
 class OwnershipTransferViewSet(viewsets.ViewSet):
+    schema = EnvelopeAutoSchema()
     lookup_field = "transferId"
     lookup_value_regex = r"[^/]+"
 
