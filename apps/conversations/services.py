@@ -234,8 +234,9 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
         if locked.deleted:
             raise errors.not_found("Conversation not found.")
         if fork is not None and (locked.forked_at_conversation_id, locked.forked_at_entry_id) != fork:
-            # The id is taken by another conversation (or another fork point): a client-chosen id that exists.
-            raise errors.conflict("A conversation with this id already exists; a fork needs a new id.")
+            raise errors.validation_error(
+                {"forkedAtConversationId": "a fork point can only be given when the conversation id is new"}
+            )
         if not at_least(locked.level, AccessLevel.WRITER):
             raise errors.forbidden("You do not have write access to this conversation.")
         with connection.cursor() as cursor:
@@ -293,11 +294,12 @@ def _create_for_append(
     parent_id, entry_id = fork
     vis = selectors.visibility(principal.user_id, parent_id)
     if vis is None or vis.deleted:
-        raise errors.not_found("The conversation to fork (forkedAtConversationId) does not exist.")
+        # The parent is a reference in the body, not the addressed resource: a validation error of that field.
+        raise errors.validation_error({"forkedAtConversationId": "no such conversation"})
     if not at_least(vis.level, AccessLevel.WRITER):
         raise errors.forbidden("Forking needs write access to the parent conversation.")
-    if not selectors.entry_visible(principal, vis, entry_id):
-        raise errors.validation_error({"forkedAtEntryId": "not an entry of the parent conversation"})
+    if not selectors.history_entry_visible(vis, entry_id):
+        raise errors.validation_error({"forkedAtEntryId": "not a history entry of the parent conversation"})
     with connection.cursor() as cursor:
         cursor.execute("SELECT root_id, owner_user_id FROM conversations WHERE id = %s", [parent_id])
         root_id, owner_user_id = cursor.fetchone()

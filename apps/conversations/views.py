@@ -147,12 +147,12 @@ class ConversationViewSet(viewsets.ViewSet):
         summary="Append an entry",
         description="Writer or above. An unknown conversation id creates the conversation, owned by the caller and "
         "titled from the first 40 characters of the first text; with forkedAtConversationId + forkedAtEntryId it "
-        "creates a fork that sees the parent's entries before that entry (404 when the parent does not exist, 400 when "
-        "the entry is not one of its visible entries, 409 when the id already exists with another fork point). "
+        "creates a fork that sees the parent's entries before that entry (400 when the parent does not exist, the "
+        "entry is not one of its history entries, or the id already exists with another fork point). "
         "context entries need an API-key client.",
         parameters=[CONVERSATION_ID],
         request=serializers.EntryAppendSerializer,
-        responses={201: serializers.EntryResponse, **error_responses(400, 401, 403, 404, 409, 413)},
+        responses={201: serializers.EntryResponse, **error_responses(400, 401, 403, 404, 413)},
     )
     @entries.mapping.post
     def append_entry(self, request: Request, conversationId: str) -> Response:

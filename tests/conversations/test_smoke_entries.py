@@ -115,14 +115,14 @@ def test_fork_sees_parent_before_fork_point(client_for):
     bad = append(bob, other, {**entry("x"), "forkedAtConversationId": parent, "forkedAtEntryId": str(uuid.uuid4())})
     assert bad.status_code == 400
     assert bob.get(f"{CONVERSATIONS}/{other}").status_code == 404
-    # Fork fields naming an existing conversation: 409; a parent that does not exist: 404.
+    # Fork fields naming an existing conversation: 400; a parent that does not exist: 400.
     taken = append(bob, parent, {**entry("x"), "forkedAtConversationId": fork, "forkedAtEntryId": f1})
-    assert taken.status_code == 409
+    assert taken.status_code == 400
     again = append(bob, fork, {**entry("f2"), "forkedAtConversationId": parent, "forkedAtEntryId": ids[2]})
     assert again.status_code == 201  # the same fork point: a plain append
     missing = append(bob, str(uuid.uuid4()),
                      {**entry("x"), "forkedAtConversationId": str(uuid.uuid4()), "forkedAtEntryId": ids[0]})
-    assert missing.status_code == 404
+    assert missing.status_code == 400
     # Non-member cannot fork.
     denied = append(client_for("charlie"), str(uuid.uuid4()),
                     {**entry("x"), "forkedAtConversationId": parent, "forkedAtEntryId": ids[0]})
