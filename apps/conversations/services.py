@@ -52,8 +52,19 @@ def create_conversation(
             raise errors.conflict("A conversation with this id already exists.")
         access.grant_owner(str(conversation_id), principal.user_id, now)
         _publish_created(conversation_id, principal.user_id)
-    row, level = selectors.load_with_level(principal, conversation_id, AccessLevel.READER)
-    return selectors.conversation_full(row, level)
+    row = selectors.ConversationRow(
+        id=conversation_id,
+        title=title or "",
+        owner_user_id=principal.user_id,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata or {},
+        forked_at_conversation_id=None,
+        forked_at_entry_id=None,
+        deleted_at=None,
+        root_id=conversation_id,
+    )
+    return selectors.conversation_full(row, AccessLevel.OWNER)
 
 
 def _insert_conversation(

@@ -34,6 +34,10 @@ class StrictCharField(serializers.CharField):
             self.fail("invalid")
         if "\x00" in data:
             raise serializers.ValidationError("must not contain NUL characters")
+        try:
+            data.encode("utf-8")  # a JSON "\ud800" escape parses to a lone surrogate, which no column can store
+        except UnicodeEncodeError:
+            raise serializers.ValidationError("must not contain lone surrogates") from None
         return super().to_internal_value(data)
 
 
