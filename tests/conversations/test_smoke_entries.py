@@ -202,3 +202,25 @@ def test_32_concurrent_appends_keep_every_entry_in_commit_order(client_for):
     created = [datetime.fromisoformat(item["createdAt"]) for item in listed]
     assert created == sorted(created) and len(set(created)) == len(created), "entries share or reorder timestamps"
     assert [item["id"] for item in listed] == [entry_id for _, entry_id in sorted(returned)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_32_concurrent_fork_creations_of_one_id_make_one_fork(client_for):
+    bob = client_for("bob")
+    parent = str(uuid.uuid4())
+    append(bob, parent, entry("p0"))
+    point = append(bob, parent, entry("p1")).json()["id"]  # the fork sees the entries before it: p0
+    fork = str(uuid.uuid4())
+    statuses: list[int] = []
+
+    def write(index: int) -> None:
+        body = {**entry(f"f{index}"), "forkedAtConversationId": parent, "forkedAtEntryId": point}
+        statuses.append(append(client_for("bob"), fork, body).status_code)
+
+    _run_threads(write, WRITERS)
+    assert statuses == [201] * WRITERS
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM conversations WHERE id = %s", [fork])
+        assert cursor.fetchone()[0] == 1
+    seen = texts(bob, fork, limit=200)
+    assert seen[0] == "p0" and "p1" not in seen and len(seen) == 1 + WRITERS
