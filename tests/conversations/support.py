@@ -19,7 +19,12 @@ from urllib.parse import urlencode
 
 import pytest
 import requests
+from django.core.servers import basehttp
 from django.db import connection, connections
+
+# The live test server listens with Django's backlog of 10: 32 clients connecting at the same instant overflow it and
+# get connection resets before any request is read. A real deployment's server has a deep backlog; so does this one.
+basehttp.WSGIServer.request_queue_size = 256
 
 CONVERSATIONS = "/v1/conversations"
 TRANSFERS = "/v1/ownership-transfers"

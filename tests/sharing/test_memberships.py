@@ -188,7 +188,7 @@ def test_any_member_but_the_primary_owner_may_leave(shared: Shared, actor: str) 
 def test_membership_on_a_fork_is_the_membership_of_the_whole_tree(shared: Shared) -> None:
     fork_id = new_id()
     append_ok(shared[OWNER], fork_id, "fork", forkedAtConversationId=shared.id,
-              forkedAtEntryId=shared.entries[0]["id"])
+              forkedAtEntryId=shared.entries[1]["id"])  # the fork sees entries[0]
     grandchild = new_id()
     append_ok(shared[OWNER], grandchild, "fork of fork", forkedAtConversationId=fork_id,
               forkedAtEntryId=shared.entries[0]["id"])
