@@ -127,7 +127,7 @@ def all_pages(client, path: str, *, key: Callable[[dict], Any] = lambda item: it
     """Every item of a list, following afterCursor; fails on a repeated item or a page longer than ``limit``."""
     items: list[dict] = []
     seen: set[Any] = set()
-    cursor = None
+    cursor = params.pop("afterCursor", None)
     for _ in range(max_pages):
         body = page(client, path, limit=limit, afterCursor=cursor, **params)
         if limit is not None:
