@@ -61,8 +61,8 @@ def test_title_length_counts_characters(actor_client) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    ['{"title": "t"', "{'title': 't'}", "", "\x00", '{"title": "\\ud800"}'],
-    ids=["truncated", "single quotes", "empty", "nul byte", "lone surrogate"],
+    ['{"title": "t"', "{'title': 't'}", "\x00", '{"title": "\\ud800"}', "[1, 2"],
+    ids=["truncated", "single quotes", "nul byte", "lone surrogate", "unclosed array"],
 )
 def test_malformed_json_is_400(actor_client, raw: str) -> None:
     before = snapshot()
