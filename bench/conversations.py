@@ -41,7 +41,8 @@ WORDS = (
     "agent user context memory project deadline meeting prefers concise answers python rust deploy review budget "
     "travel kyoto coffee morning standup release notes customer feedback latency database index vector search"
 ).split()
-UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# Django's psycopg backend sends a uuid parameter as '<32 hex digits>'::uuid.
+UUID_RE = re.compile(r"'([0-9a-f]{32})'::uuid")
 
 FULL = {"conversations": 10_000, "entries": 200_000, "users": 200, "long_entries": 1000, "requests": "500,2000",
         "max_seconds": 20.0}
@@ -169,7 +170,7 @@ class Captured:
     def replay(self, conn: Any, i: int) -> None:
         statements = self.statements
         if self.fresh or self.fresh_text:
-            substitutes = {old: str(uuid.uuid4()) for old in self.fresh}
+            substitutes = {old: uuid.uuid4().hex for old in self.fresh}
             substitutes.update({old: make(i) for old, make in self.fresh_text.items()})
             pattern = re.compile("|".join(re.escape(old) for old in substitutes))
             statements = [pattern.sub(lambda m: substitutes[m.group(0)], s) for s in statements]
@@ -195,7 +196,9 @@ def capture(fn: Callable[[], Any], *, transaction: bool, keep: Sequence[str] = (
     captured = Captured(statements, transaction)
     if transaction:
         found = {match for statement in statements for match in UUID_RE.findall(statement)}
-        captured.fresh = found - set(keep)
+        captured.fresh = found - {uuid.UUID(k).hex for k in keep}
+        if not captured.fresh:
+            raise h.BenchError(f"no fresh id found in the captured write:\n{statements}")
     return captured, result[0]
 
 
