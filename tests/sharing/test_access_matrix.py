@@ -164,7 +164,7 @@ def matrix_shared(shared: Shared) -> Shared:
     return shared
 
 
-@pytest.mark.parametrize(("case", "actor"), _cells())
+@pytest.mark.parametrize(("case", "actor"), list(_cells()))
 def test_access_matrix(matrix_shared: Shared, case: Case, actor: str) -> None:
     context = Context(matrix_shared, actor)
     if case.needs_transfer:
