@@ -3,6 +3,7 @@ table, not in a pg_dump), while titles stay plaintext; a ciphertext moved to ano
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 
@@ -93,3 +94,21 @@ def test_ciphertext_moved_to_another_entry_does_not_decrypt(actor_client) -> Non
     assert b"the secret one" not in response.content
     assert owner.get(conv_path(secret["conversationId"], "entries")).json()["data"][0]["content"][0]["text"] == \
         "the secret one"
+
+
+@pytest.mark.django_db
+def test_entry_content_never_reaches_the_logs(actor_client, caplog) -> None:
+    owner = actor_client(OWNER)
+    with caplog.at_level(logging.DEBUG):
+        entry = append_ok(owner, new_id(), f"{MARKER} in an append")
+        conversation = entry["conversationId"]
+        owner.get(conv_path(conversation, "entries"))
+        # Refused appends (bad item, oversized) carry the content in their bodies too.
+        owner.post(conv_path(conversation, "entries"), {"content": [{"role": "USER", "text": MARKER, "x": 1}]},
+                   format="json")
+        owner.post(conv_path(conversation, "entries"), {"content": [{"role": "USER", "text": MARKER * 20_000}]},
+                   format="json")
+    assert caplog.records, "the requests were logged (access log), so the check below means something"
+    for record in caplog.records:
+        assert MARKER not in record.getMessage()
+        assert MARKER not in repr(record.__dict__)
