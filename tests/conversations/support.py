@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -267,14 +268,29 @@ class Http:
 
 
 @pytest.fixture
-def http(live_server, mint_token) -> Callable[..., Http]:
+def http(live_server, mint_token) -> Iterator[Callable[..., Http]]:
     """``http(user, roles=None)``: a real HTTP client of the live server for ``user``."""
+
+    made: list[Http] = []
 
     def make(user: str | None, roles: Sequence[str] | None = None, api_key: str | None = None) -> Http:
         token = mint_token(user, roles=roles or ROLES.get(user)) if user else None
-        return Http(live_server.url, token, api_key)
+        made.append(Http(live_server.url, token, api_key))
+        return made[-1]
 
-    return make
+    yield make
+    # A live-server thread serves one keep-alive HTTP connection and closes its database connection when that
+    # connection closes: close every client, then wait for the server side, so the table flush after this test
+    # and the drop of the test database at the end never find a session still open.
+    for client in made:
+        client.session.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        others = sql("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid <> pg_backend_pid()")[0][0]
+        if not others:
+            break
+        time.sleep(0.05)
 
 
 def run_concurrently(calls: Sequence[Callable[[], Any]]) -> list[Any]:

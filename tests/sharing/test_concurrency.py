@@ -6,6 +6,7 @@ with exactly one winner, no 5xx and consistent tables."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 
 import pytest
@@ -193,3 +194,27 @@ def test_accept_racing_the_removal_of_the_recipient_leaves_a_consistent_tree(tre
         assert primary == "olivia" and "rita" not in final
         assert removals.count(204) == 1
     assert final[primary] == "owner"
+
+
+def test_concurrent_adds_through_different_conversations_of_one_tree_one_201(tree, http) -> None:
+    conversation_id, owner = tree
+    entry = owner.post(conv_path(conversation_id, "entries"), {"content": [{"role": "USER", "text": "x"}]}).json()
+    forks = []
+    for _ in range(3):
+        fork_id = str(uuid.uuid4())
+        response = owner.post(conv_path(fork_id, "entries"), {
+            "content": [{"role": "USER", "text": "fork"}], "forkedAtConversationId": conversation_id,
+            "forkedAtEntryId": entry["id"]})
+        assert response.status_code == 201, response.text
+        forks.append(fork_id)
+    targets = [conversation_id, *forks]
+    responses = run_concurrently([
+        lambda i=i, c=http("olivia"): c.post(conv_path(targets[i % len(targets)], "memberships"),
+                                             {"userId": "nico", "accessLevel": "writer"})
+        for i in range(CLIENTS)
+    ])
+    assert_no_5xx(responses)
+    assert statuses(responses) == [201] + [409] * (CLIENTS - 1)
+    assert count("conversation_memberships", "user_id = %s", ["nico"]) == 1
+    for target in targets:
+        assert http("nico").get(conv_path(target)).json()["accessLevel"] == "writer"
