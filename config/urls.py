@@ -17,6 +17,8 @@ urlpatterns = [
     path("dev-idp/", include("apps.core.auth.dev_idp.urls")),
     path("v1/", include("apps.core.urls")),
     path("v1/", include("apps.memories.urls")),
+    path("v1/", include("apps.conversations.urls")),
+    path("v1/", include("apps.sharing.urls")),
     # Last: every unknown path is a JSON 404, with DEBUG on or off.
     re_path(r"^", core_views.handler404, name="unmatched"),
 ]

@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class ConversationsConfig(AppConfig):
     name = "apps.conversations"
     label = "conversations"
+
+    def ready(self) -> None:
+        from apps.conversations.selectors import CONTENT_PURPOSE, CONTENT_ROW_ID_FIELDS
+        from apps.core import crypto
+
+        # rotate_encryption_key re-encrypts entry content under the new primary key.
+        crypto.register_encrypted_field("conversations.Entry", "content", CONTENT_PURPOSE, CONTENT_ROW_ID_FIELDS)

@@ -214,7 +214,14 @@ class EncryptedField:
     model_label: str  # "app_label.ModelName"
     field: str
     purpose: str
+    # "pk", a field name, or several joined by "," (the row id is then their values joined by "/", e.g. an entry's
+    # "conversation_id,pk" binds its content to both).
     row_id_field: str = "pk"
+
+
+def row_id_of(row: Any, spec: EncryptedField) -> str:
+    """The row id a registered column's envelopes are bound to."""
+    return "/".join(str(row.pk if name == "pk" else getattr(row, name)) for name in spec.row_id_field.split(","))
 
 
 _registry: dict[tuple[str, str], EncryptedField] = {}

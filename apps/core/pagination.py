@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -151,3 +152,36 @@ def keyset_page(
 def envelope(data: list[Any], next_cursor: str | None) -> dict[str, Any]:
     """The interface's page envelope for every cursor-paginated list (memory lists have their own shapes)."""
     return {"data": data, "afterCursor": next_cursor}
+
+
+# --- Tagged keyset cursors (raw-SQL lists) ----------------------------------------------------------------------
+# Lists that page in raw SQL (conversations, entries, memberships, transfers) tag their cursors with the list and
+# order they belong to, so a cursor handed to another endpoint is a 400 instead of a silently wrong page.
+
+
+def encode_tagged_cursor(tag: str, sort_value: Any, item_id: Any) -> str:
+    if isinstance(sort_value, datetime):
+        sort_value = sort_value.isoformat()
+    raw = json.dumps([sort_value, str(item_id), tag], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_timestamp_cursor(cursor: str, tag: str, field: str = "afterCursor") -> tuple[datetime, Any]:
+    """(timestamp, item id as text) of a cursor made by ``encode_tagged_cursor(tag, <datetime>, id)``; anything
+    else (another list's cursor, a forged value) is a 400 naming ``field``."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+    except (ValueError, UnicodeError, binascii.Error):
+        raise errors.validation_error({field: "malformed cursor"}) from None
+    if not (isinstance(value, list) and len(value) == 3 and value[2] == tag and isinstance(value[0], str)
+            and isinstance(value[1], str)):
+        raise errors.validation_error({field: "malformed cursor"})
+    try:
+        position = datetime.fromisoformat(value[0])
+        if position.tzinfo is None:
+            raise ValueError("naive timestamp")
+        item_id = uuid.UUID(value[1])
+    except (ValueError, OverflowError):
+        raise errors.validation_error({field: "malformed cursor"}) from None
+    return position, item_id

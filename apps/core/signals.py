@@ -8,3 +8,9 @@ from django.dispatch import Signal
 # transaction then rolls back and the caller gets that error (attachments use it to link ``{"attachmentId": ...}``
 # items to the entry). Sent with ``send``, never ``send_robust``: a failing receiver must fail the write.
 entry_appending = Signal()
+
+# Sent by the conversations app inside the transaction that soft-deletes conversations, before it commits, with
+# ``conversation_ids`` (list[str]: every conversation being deleted), ``root_id`` (str) and ``whole_tree`` (bool:
+# the root is among them, so the tree's memberships and pending transfers must go). apps.sharing removes them here,
+# so the conversations app never touches sharing's tables. Sent with ``send``: a failing receiver fails the delete.
+conversation_deleting = Signal()

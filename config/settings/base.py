@@ -304,3 +304,12 @@ CELERY_BEAT_SCHEDULE["memories-index"] = {
 MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = env_int("MEMORY_VECTOR_EXACT_SCAN_THRESHOLD", 2000)
 # How long a search scope's size (which picks exact vs HNSW) is reused before it is counted again.
 MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS = env_int("MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS", 30)
+
+# --- Conversations (D5) -----------------------------------------------------------------------------------------
+CONVERSATION_TITLE_MAX_CHARS = env_int("CONVERSATION_TITLE_MAX_CHARS", 500)
+# An entry's content array, serialized as JSON: larger is 413; more items than this is 400.
+CONVERSATION_ENTRY_MAX_CONTENT_BYTES = env_int("CONVERSATION_ENTRY_MAX_CONTENT_BYTES", 262144)
+CONVERSATION_ENTRY_MAX_ITEMS = env_int("CONVERSATION_ENTRY_MAX_ITEMS", 1000)
+CONVERSATION_INDEXED_CONTENT_MAX_BYTES = env_int("CONVERSATION_INDEXED_CONTENT_MAX_BYTES", 65536)
+# A conversation's metadata object, serialized as JSON: larger is 400.
+CONVERSATION_METADATA_MAX_BYTES = env_int("CONVERSATION_METADATA_MAX_BYTES", 65536)

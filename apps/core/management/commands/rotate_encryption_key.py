@@ -103,7 +103,7 @@ class Command(BaseCommand):
         model = pending.model
         label = f"{spec.model_label}.{spec.field}"
         tally = _Tally(label)
-        columns = [spec.field] if spec.row_id_field == "pk" else [spec.field, spec.row_id_field]
+        columns = [spec.field, *(name for name in spec.row_id_field.split(",") if name != "pk")]
         last_pk = None
         with tqdm(total=pending.count(), desc=label, unit="value", file=sys.stderr, disable=no_progress) as bar:
             while True:
@@ -128,7 +128,7 @@ class Command(BaseCommand):
     @staticmethod
     def _reencrypt(spec: crypto.EncryptedField, primary: str, row: models.Model, tally: _Tally) -> bool:
         blob = bytes(getattr(row, spec.field))
-        row_id = str(row.pk if spec.row_id_field == "pk" else getattr(row, spec.row_id_field))
+        row_id = crypto.row_id_of(row, spec)
         try:
             if crypto.key_id_of(blob) == primary:  # rotated by a concurrent run or rewritten by the service
                 tally.already_primary += 1

@@ -1,0 +1,79 @@
+"""Conversations, their fork trees and their entries.
+
+A fork tree is a root conversation and every conversation forked from it (directly or from another fork); each row
+carries ``root_id`` (its own id for a root) because memberships, ownership and transfers belong to the tree
+(apps.sharing keys them by ``root_id``). Conversations are soft-deleted (``deleted_at``) so admin views can still
+audit them; entries stay with them. Entry content is stored only as an AES-256-GCM envelope (apps.core.crypto)
+bound to the entry's id and conversation id; titles, metadata and ``indexed_content`` are plaintext (D5).
+
+Table names are fixed: apps.core.access reads ``conversations`` with raw SQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class Conversation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    root_id = models.UUIDField()
+    owner_user_id = models.TextField()
+    title = models.TextField(default="", blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    forked_at_conversation_id = models.UUIDField(null=True, blank=True)
+    forked_at_entry_id = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "conversations"
+        indexes = [
+            # Keyset orders of the lists (newest first by updated_at; admin and forks by created_at).
+            models.Index(fields=["updated_at", "id"], name="conversations_updated", condition=Q(deleted_at__isnull=True)),
+            models.Index(fields=["created_at", "id"], name="conversations_created", condition=Q(deleted_at__isnull=True)),
+            models.Index(fields=["root_id"], name="conversations_root"),
+            models.Index(fields=["owner_user_id"], name="conversations_owner"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                name="conversations_fork_point_both_or_neither",
+                condition=Q(forked_at_conversation_id__isnull=True, forked_at_entry_id__isnull=True)
+                | Q(forked_at_conversation_id__isnull=False, forked_at_entry_id__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.title or '(untitled)'} ({self.id})"
+
+
+class Channel(models.TextChoices):
+    HISTORY = "history"
+    CONTEXT = "context"  # private to the API-key client that wrote it
+
+
+class Entry(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="entries", db_index=False, db_column="conversation_id"
+    )
+    user_id = models.TextField()
+    client_id = models.TextField(null=True, blank=True)  # noqa: DJ001 - null = no API-key client
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    content_type = models.TextField()
+    content = models.BinaryField()
+    indexed_content = models.TextField(null=True, blank=True)  # noqa: DJ001 - null = not indexed yet
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "conversation_entries"
+        verbose_name_plural = "entries"
+        indexes = [
+            models.Index(fields=["conversation", "created_at", "id"], name="conversation_entries_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} entry {self.id}"

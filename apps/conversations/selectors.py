@@ -1,0 +1,422 @@
+"""Conversation reads. Raw SQL where a list must start from the caller's memberships (apps.sharing's table, read by
+its fixed name: the apps never import each other), so access is decided inside the query, never by filtering a
+page in Python; every per-conversation read resolves the caller's level in the query that loads it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+
+from apps.conversations.models import Channel
+from apps.core import crypto, errors, pagination
+from apps.core.access import AccessLevel, at_least
+from apps.core.auth.principal import Principal
+from apps.core.serializers import isoformat
+
+CONTENT_PURPOSE = "conversation_entry.content"
+# Registered for rotate_encryption_key (apps.py): the envelope is bound to the entry's conversation and its id.
+CONTENT_ROW_ID_FIELDS = "conversation_id,pk"
+
+
+def content_row_id(conversation_id: Any, entry_id: Any) -> str:
+    return f"{conversation_id}/{entry_id}"
+
+
+def decrypt_content(blob: Any, conversation_id: Any, entry_id: Any) -> list:
+    return crypto.decrypt_json(bytes(blob), purpose=CONTENT_PURPOSE, row_id=content_row_id(conversation_id, entry_id))
+
+
+# --- Shapes -----------------------------------------------------------------------------------------------------
+
+_CONV_COLUMNS = (
+    "c.id, c.title, c.owner_user_id, c.created_at, c.updated_at, c.metadata, c.forked_at_conversation_id, "
+    "c.forked_at_entry_id, c.deleted_at, c.root_id"
+)
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    id: UUID
+    title: str
+    owner_user_id: str
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict
+    forked_at_conversation_id: UUID | None
+    forked_at_entry_id: UUID | None
+    deleted_at: datetime | None
+    root_id: UUID
+
+    @classmethod
+    def from_db(cls, row: tuple) -> ConversationRow:
+        metadata = row[5]
+        if isinstance(metadata, str):  # Django's raw cursor hands jsonb back as text
+            metadata = json.loads(metadata)
+        return cls(*row[:5], metadata, *row[6:10])
+
+
+def conversation_item(row: ConversationRow, level: str) -> dict:
+    return {
+        "id": str(row.id),
+        "title": row.title,
+        "ownerUserId": row.owner_user_id,
+        "createdAt": isoformat(row.created_at),
+        "updatedAt": isoformat(row.updated_at),
+        "accessLevel": level,
+    }
+
+
+def conversation_full(row: ConversationRow, level: str) -> dict:
+    return {
+        **conversation_item(row, level),
+        "metadata": row.metadata,
+        "forkedAtConversationId": _str_or_none(row.forked_at_conversation_id),
+        "forkedAtEntryId": _str_or_none(row.forked_at_entry_id),
+    }
+
+
+def conversation_admin(row: ConversationRow) -> dict:
+    return {
+        "id": str(row.id),
+        "title": row.title,
+        "ownerUserId": row.owner_user_id,
+        "createdAt": isoformat(row.created_at),
+        "updatedAt": isoformat(row.updated_at),
+        "metadata": row.metadata,
+        "forkedAtConversationId": _str_or_none(row.forked_at_conversation_id),
+        "forkedAtEntryId": _str_or_none(row.forked_at_entry_id),
+        "deletedAt": isoformat(row.deleted_at),
+    }
+
+
+def entry_response(
+    *, entry_id: Any, conversation_id: Any, user_id: str, channel: str, content_type: str, content: list, created_at
+) -> dict:
+    return {
+        "id": str(entry_id),
+        "conversationId": str(conversation_id),
+        "userId": user_id,
+        "channel": channel,
+        "contentType": content_type,
+        "content": content,
+        "createdAt": isoformat(created_at),
+    }
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+# --- One conversation -------------------------------------------------------------------------------------------
+
+
+def load_with_level(principal: Principal, conversation_id: UUID, required: str) -> tuple[ConversationRow, str]:
+    """The live conversation and the caller's level, in one round trip; 404 when it does not exist (or is
+    deleted), 403 when the caller's level is below ``required`` (D1, D6)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_CONV_COLUMNS}, m.access_level FROM conversations c "  # noqa: S608 - fixed column list
+            "LEFT JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s "
+            "WHERE c.id = %s AND c.deleted_at IS NULL",
+            [principal.user_id, conversation_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise errors.not_found("Conversation not found.")
+    level = row[-1]
+    if not at_least(level, required):
+        raise errors.forbidden("You do not have access to this conversation.")
+    return ConversationRow.from_db(row[:-1]), level
+
+
+def get_conversation(principal: Principal, conversation_id: UUID) -> dict:
+    row, level = load_with_level(principal, conversation_id, AccessLevel.READER)
+    return conversation_full(row, level)
+
+
+def admin_get_conversation(conversation_id: UUID) -> dict:
+    """Any conversation, deleted ones included (with ``deletedAt``): the admin view audits."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_CONV_COLUMNS} FROM conversations c WHERE c.id = %s", [conversation_id])  # noqa: S608
+        row = cursor.fetchone()
+    if row is None:
+        raise errors.not_found("Conversation not found.")
+    return conversation_admin(ConversationRow.from_db(row))
+
+
+# --- Lists of conversations -------------------------------------------------------------------------------------
+
+CONVERSATIONS_CURSOR = "conversations.updated"
+ADMIN_CONVERSATIONS_CURSOR = "admin.conversations.updated"
+
+
+def list_conversations(
+    principal: Principal, *, mode: str, query: str | None, cursor: str | None, limit: int
+) -> dict:
+    """The caller's conversations, newest first by (updated_at, id). Starts from the caller's memberships (index
+    ``(user_id, root_id)``), so only conversations they are a member of are ever read."""
+    where = ["m.user_id = %s", "c.deleted_at IS NULL"]
+    params: list[Any] = [principal.user_id]
+    if mode == "roots":
+        where.append("c.id = c.root_id")
+    elif mode == "latest-fork":
+        # One conversation per fork tree: the most recently updated live one (among those whose title matches,
+        # when there is a query: a newer fork with another title does not hide the tree from a search).
+        newer = (
+            "SELECT 1 FROM conversations n WHERE n.root_id = c.root_id AND n.deleted_at IS NULL "
+            "AND (n.updated_at, n.id) > (c.updated_at, c.id)"
+        )
+        if query:
+            newer += " AND strpos(lower(n.title), lower(%s)) > 0"
+            params.append(query)
+        where.append(f"NOT EXISTS ({newer})")
+    if query:
+        where.append("strpos(lower(c.title), lower(%s)) > 0")
+        params.append(query)
+    if cursor:
+        position, item_id = pagination.decode_timestamp_cursor(cursor, CONVERSATIONS_CURSOR)
+        where.append("(c.updated_at, c.id) < (%s, %s)")
+        params += [position, item_id]
+    sql = (
+        f"SELECT {_CONV_COLUMNS}, m.access_level FROM conversation_memberships m "  # noqa: S608 - fixed fragments
+        "JOIN conversations c ON c.root_id = m.root_id "
+        f"WHERE {' AND '.join(where)} ORDER BY c.updated_at DESC, c.id DESC LIMIT %s"
+    )
+    with connection.cursor() as db:
+        db.execute(sql, [*params, limit + 1])
+        rows = db.fetchall()
+    page = [(ConversationRow.from_db(row[:-1]), row[-1]) for row in rows[:limit]]
+    next_cursor = None
+    if len(rows) > limit:
+        last = page[-1][0]
+        next_cursor = pagination.encode_tagged_cursor(CONVERSATIONS_CURSOR, last.updated_at, last.id)
+    return pagination.envelope([conversation_item(row, level) for row, level in page], next_cursor)
+
+
+def admin_list_conversations(*, user_id: str | None, include_deleted: bool, cursor: str | None, limit: int) -> dict:
+    where = ["TRUE"]
+    params: list[Any] = []
+    if not include_deleted:
+        where.append("c.deleted_at IS NULL")
+    if user_id is not None:
+        where.append("c.owner_user_id = %s")
+        params.append(user_id)
+    if cursor:
+        position, item_id = pagination.decode_timestamp_cursor(cursor, ADMIN_CONVERSATIONS_CURSOR)
+        where.append("(c.updated_at, c.id) < (%s, %s)")
+        params += [position, item_id]
+    sql = (
+        f"SELECT {_CONV_COLUMNS} FROM conversations c WHERE {' AND '.join(where)} "  # noqa: S608 - fixed fragments
+        "ORDER BY c.updated_at DESC, c.id DESC LIMIT %s"
+    )
+    with connection.cursor() as db:
+        db.execute(sql, [*params, limit + 1])
+        rows = [ConversationRow.from_db(row) for row in db.fetchall()]
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = pagination.encode_tagged_cursor(ADMIN_CONVERSATIONS_CURSOR, rows[-1].updated_at, rows[-1].id)
+    return pagination.envelope([conversation_admin(row) for row in rows], next_cursor)
+
+
+# --- Forks ------------------------------------------------------------------------------------------------------
+
+FORKS_CURSOR = "conversations.forks"
+
+
+def list_forks(root_id: UUID, *, cursor: str | None, limit: int, include_deleted: bool = False) -> dict:
+    """The whole fork tree, root included, oldest first."""
+    where = ["c.root_id = %s"]
+    params: list[Any] = [root_id]
+    if not include_deleted:
+        where.append("c.deleted_at IS NULL")
+    if cursor:
+        position, item_id = pagination.decode_timestamp_cursor(cursor, FORKS_CURSOR)
+        where.append("(c.created_at, c.id) > (%s, %s)")
+        params += [position, item_id]
+    sql = (
+        "SELECT c.id, c.title, c.forked_at_conversation_id, c.forked_at_entry_id, c.created_at "  # noqa: S608
+        f"FROM conversations c WHERE {' AND '.join(where)} ORDER BY c.created_at, c.id LIMIT %s"
+    )
+    with connection.cursor() as db:
+        db.execute(sql, [*params, limit + 1])
+        rows = db.fetchall()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = pagination.encode_tagged_cursor(FORKS_CURSOR, rows[-1][4], rows[-1][0])
+    data = [
+        {
+            "conversationId": str(row[0]),
+            "title": row[1],
+            "forkedAtConversationId": _str_or_none(row[2]),
+            "forkedAtEntryId": _str_or_none(row[3]),
+            "createdAt": isoformat(row[4]),
+        }
+        for row in rows
+    ]
+    return pagination.envelope(data, next_cursor)
+
+
+def forks(principal: Principal, conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
+    row, _level = load_with_level(principal, conversation_id, AccessLevel.READER)
+    return list_forks(row.root_id, cursor=cursor, limit=limit)
+
+
+def admin_forks(conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
+    with connection.cursor() as db:
+        db.execute("SELECT root_id FROM conversations WHERE id = %s", [conversation_id])
+        row = db.fetchone()
+    if row is None:
+        raise errors.not_found("Conversation not found.")
+    return list_forks(row[0], cursor=cursor, limit=limit, include_deleted=True)
+
+
+# --- Entries ----------------------------------------------------------------------------------------------------
+
+ENTRIES_CURSOR = "conversations.entries"
+
+# The conversation, its ancestors up the fork chain, each ancestor's fork point as (created_at, id), and the
+# caller's level on the tree: everything an entries read needs, in one round trip.
+_CHAIN_SQL = """
+WITH RECURSIVE chain(id, root_id, parent_id, fork_entry_id, depth, deleted_at) AS (
+    SELECT c.id, c.root_id, c.forked_at_conversation_id, c.forked_at_entry_id, 0, c.deleted_at
+    FROM conversations c WHERE c.id = %s
+    UNION ALL
+    SELECT p.id, p.root_id, p.forked_at_conversation_id, p.forked_at_entry_id, chain.depth + 1, p.deleted_at
+    FROM chain JOIN conversations p ON p.id = chain.parent_id
+    WHERE chain.depth < 1000
+)
+SELECT chain.id, chain.depth, chain.deleted_at, e.created_at, e.id,
+       (SELECT m.access_level FROM conversation_memberships m WHERE m.root_id = chain.root_id AND m.user_id = %s)
+FROM chain LEFT JOIN conversation_entries e ON e.id = chain.fork_entry_id
+ORDER BY chain.depth
+"""
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """Which entries a conversation shows: its own, and each ancestor's before the (smallest) fork point below it."""
+
+    conversation_id: UUID
+    level: str | None
+    deleted: bool
+    segments: list[tuple[UUID, tuple[datetime, UUID] | None]]  # (conversation id, exclusive upper bound or None)
+
+
+def visibility(user_id: str, conversation_id: UUID) -> Visibility | None:
+    """None when the conversation does not exist."""
+    with connection.cursor() as db:
+        db.execute(_CHAIN_SQL, [conversation_id, user_id])
+        rows = db.fetchall()
+    if not rows:
+        return None
+    segments: list[tuple[UUID, tuple[datetime, UUID] | None]] = []
+    bound: tuple[datetime, UUID] | None = None
+    for chain_id, _depth, _deleted, fork_created_at, fork_entry_id, _level in rows:
+        segments.append((chain_id, bound))
+        if fork_entry_id is not None:
+            point = (fork_created_at, fork_entry_id)
+            bound = point if bound is None or point < bound else bound
+    first = rows[0]
+    return Visibility(conversation_id=first[0], level=first[5], deleted=first[2] is not None, segments=segments)
+
+
+def _visible_where(vis: Visibility) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for chain_id, bound in vis.segments:
+        if bound is None:
+            clauses.append("e.conversation_id = %s")
+            params.append(chain_id)
+        else:
+            clauses.append("(e.conversation_id = %s AND (e.created_at, e.id) < (%s, %s))")
+            params += [chain_id, bound[0], bound[1]]
+    return "(" + " OR ".join(clauses) + ")", params
+
+
+def _channel_where(channel: str | None, client_id: str | None, *, admin: bool) -> tuple[str, list[Any]]:
+    """history is shared; context entries are private to the API-key client that wrote them (D5)."""
+    if admin:
+        return ("e.channel = %s", [channel]) if channel else ("TRUE", [])
+    if channel == Channel.HISTORY:
+        return "e.channel = 'history'", []
+    if channel == Channel.CONTEXT:
+        return "(e.channel = 'context' AND e.client_id = %s)", [client_id]
+    if client_id is None:
+        return "e.channel = 'history'", []
+    return "(e.channel = 'history' OR (e.channel = 'context' AND e.client_id = %s))", [client_id]
+
+
+def _entries_page(vis: Visibility, channel_sql: str, channel_params: list, cursor: str | None, limit: int) -> dict:
+    visible_sql, params = _visible_where(vis)
+    where = [visible_sql, channel_sql]
+    params += channel_params
+    if cursor:
+        position, item_id = pagination.decode_timestamp_cursor(cursor, ENTRIES_CURSOR)
+        where.append("(e.created_at, e.id) > (%s, %s)")
+        params += [position, item_id]
+    sql = (
+        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "  # noqa: S608
+        f"FROM conversation_entries e WHERE {' AND '.join(where)} ORDER BY e.created_at, e.id LIMIT %s"
+    )
+    with connection.cursor() as db:
+        db.execute(sql, [*params, limit + 1])
+        rows = db.fetchall()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = pagination.encode_tagged_cursor(ENTRIES_CURSOR, rows[-1][6], rows[-1][0])
+    data = [
+        entry_response(
+            entry_id=entry_id,
+            conversation_id=conversation_id,
+            user_id=user_id,
+            channel=channel,
+            content_type=content_type,
+            content=decrypt_content(content, conversation_id, entry_id),
+            created_at=created_at,
+        )
+        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in rows
+    ]
+    return pagination.envelope(data, next_cursor)
+
+
+def list_entries(
+    principal: Principal, conversation_id: UUID, *, channel: str | None, cursor: str | None, limit: int
+) -> dict:
+    vis = visibility(principal.user_id, conversation_id)
+    if vis is None or vis.deleted:
+        raise errors.not_found("Conversation not found.")
+    if not at_least(vis.level, AccessLevel.READER):
+        raise errors.forbidden("You do not have access to this conversation.")
+    if channel == Channel.CONTEXT and principal.client_id is None:
+        raise errors.forbidden("context entries are readable only through the API-key client that wrote them.")
+    channel_sql, channel_params = _channel_where(channel, principal.client_id, admin=False)
+    return _entries_page(vis, channel_sql, channel_params, cursor, limit)
+
+
+def admin_list_entries(conversation_id: UUID, *, channel: str | None, cursor: str | None, limit: int) -> dict:
+    vis = visibility("", conversation_id)
+    if vis is None:
+        raise errors.not_found("Conversation not found.")
+    channel_sql, channel_params = _channel_where(channel, None, admin=True)
+    return _entries_page(vis, channel_sql, channel_params, cursor, limit)
+
+
+def history_entry_visible(vis: Visibility, entry_id: UUID) -> bool:
+    """Whether ``entry_id`` is a history entry of the conversation ``vis`` describes (a valid fork point: forks
+    branch the shared history; context entries are private to one client)."""
+    visible_sql, params = _visible_where(vis)
+    with connection.cursor() as db:
+        db.execute(
+            f"SELECT 1 FROM conversation_entries e WHERE e.id = %s AND {visible_sql} AND e.channel = 'history'",  # noqa: S608
+            [entry_id, *params],
+        )
+        return db.fetchone() is not None

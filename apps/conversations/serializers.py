@@ -1,0 +1,364 @@
+"""Request validation and response shapes of the conversation endpoints (camelCase, as the interface says).
+
+Request serializers reject unknown fields (D1). Response serializers document the shapes for OpenAPI; selectors
+build the dicts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from apps.conversations.models import Channel
+from apps.core import errors
+from apps.core.access import AccessLevel
+from apps.core.serializers import (
+    NO_NUL_PATTERN,
+    JsonObjectField,
+    StrictCharField,
+    StrictSerializer,
+    StrictUUIDField,
+    json_value_problem,
+)
+
+ROLES = ("USER", "AI")
+HISTORY_ITEM_FIELDS = {"role", "text", "attachmentId"}
+MAX_CONTENT_TYPE_CHARS = 128
+MAX_QUERY_CHARS = 500
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+class TitleField(StrictCharField):
+    def __init__(self, **kwargs: Any) -> None:
+        # max_length documents the limit in OpenAPI; to_internal_value checks the live setting.
+        super().__init__(
+            allow_blank=True, trim_whitespace=False, max_length=settings.CONVERSATION_TITLE_MAX_CHARS, **kwargs
+        )
+
+    def to_internal_value(self, data: Any) -> str:
+        title = super().to_internal_value(data)
+        if len(title) > settings.CONVERSATION_TITLE_MAX_CHARS:
+            raise serializers.ValidationError(f"must be at most {settings.CONVERSATION_TITLE_MAX_CHARS} characters")
+        return title
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class MetadataField(JsonObjectField):
+    def to_internal_value(self, data: Any) -> dict:
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        # jsonb holds any integer but no NUL character.
+        problem = json_value_problem(data, int64=False)
+        if problem:
+            raise serializers.ValidationError(problem)
+        metadata = data
+        if _json_bytes(metadata) > settings.CONVERSATION_METADATA_MAX_BYTES:
+            raise serializers.ValidationError(f"must be at most {settings.CONVERSATION_METADATA_MAX_BYTES} bytes as JSON")
+        return metadata
+
+
+class ConversationCreateSerializer(StrictSerializer):
+    """POST /v1/conversations body. Unknown fields are rejected."""
+
+    id = StrictUUIDField(required=False, help_text="Client-chosen id; an existing id is 409")
+    title = TitleField(required=False)
+    metadata = MetadataField(required=False)
+
+
+class ConversationUpdateSerializer(StrictSerializer):
+    """PATCH /v1/conversations/{id} body: the fields to change. Unknown fields are rejected."""
+
+    title = TitleField(required=False)
+    metadata = MetadataField(required=False)
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "minItems": 1,
+        "items": {"type": "object", "additionalProperties": True},
+        "description": "history items: {role: USER|AI, text?: string, attachmentId?: uuid} with text and/or "
+        "attachmentId; context items: any JSON objects",
+    }
+)
+class ContentField(serializers.Field):
+    """The content array. Its per-channel rules need the channel, so EntryAppendSerializer.validate finishes it."""
+
+    def to_internal_value(self, data: Any) -> list:
+        if not isinstance(data, list) or not data:
+            raise serializers.ValidationError("must be a non-empty array of objects")
+        if len(data) > settings.CONVERSATION_ENTRY_MAX_ITEMS:
+            raise serializers.ValidationError(f"must have at most {settings.CONVERSATION_ENTRY_MAX_ITEMS} items")
+        for item in data:
+            if not isinstance(item, dict):
+                raise serializers.ValidationError("must be a non-empty array of objects")
+        # Stored encrypted, so any JSON will do that encodes as UTF-8 and renders back (finite numbers).
+        problem = json_value_problem(data, int64=False, nul=False)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return data
+
+    def to_representation(self, value: list) -> list:
+        return value
+
+
+class EntryAppendSerializer(StrictSerializer):
+    """POST /v1/conversations/{id}/entries body (its OpenAPI shape: EntryAppendSchema). Unknown fields are
+    rejected."""
+
+    channel = serializers.ChoiceField(choices=Channel.values, required=False, default=Channel.HISTORY)
+    contentType = StrictCharField(required=False, allow_blank=False, max_length=MAX_CONTENT_TYPE_CHARS)
+    content = ContentField()
+    indexedContent = StrictCharField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
+    forkedAtConversationId = StrictUUIDField(required=False)
+    forkedAtEntryId = StrictUUIDField(required=False)
+
+    def validate_indexedContent(self, value: str | None) -> str | None:
+        if value is not None and len(value.encode("utf-8", "surrogatepass")) > settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES:
+            raise serializers.ValidationError(f"must be at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes")
+        if value is not None and json_value_problem(value):
+            raise serializers.ValidationError(json_value_problem(value))
+        return value
+
+    def validate(self, data: dict) -> dict:
+        channel = data["channel"]
+        content_type = data.get("contentType")
+        if channel == Channel.HISTORY:
+            if content_type not in (None, "history"):
+                raise serializers.ValidationError({"contentType": "must be 'history' on the history channel"})
+            data["contentType"] = "history"
+            for index, item in enumerate(data["content"]):
+                problem = _history_item_problem(item)
+                if problem:
+                    raise serializers.ValidationError({f"content[{index}]": problem})
+        elif content_type is None:
+            data["contentType"] = channel
+        if ("forkedAtConversationId" in data) != ("forkedAtEntryId" in data):
+            missing = "forkedAtEntryId" if "forkedAtConversationId" in data else "forkedAtConversationId"
+            raise serializers.ValidationError({missing: "forkedAtConversationId and forkedAtEntryId go together"})
+        if _json_bytes(data["content"]) > settings.CONVERSATION_ENTRY_MAX_CONTENT_BYTES:
+            raise errors.payload_too_large(
+                f"content exceeds {settings.CONVERSATION_ENTRY_MAX_CONTENT_BYTES} bytes serialized as JSON"
+            )
+        return data
+
+
+def _history_item_problem(item: dict) -> str | None:
+    unknown = sorted(set(item) - HISTORY_ITEM_FIELDS)
+    if unknown:
+        return f"unknown field(s) {', '.join(unknown)}; history items carry role, text and attachmentId"
+    if item.get("role") not in ROLES:
+        return "role must be USER or AI"
+    if "text" not in item and "attachmentId" not in item:
+        return "must carry text and/or attachmentId"
+    if "text" in item and not isinstance(item["text"], str):
+        return "text must be a string"
+    if "attachmentId" in item:
+        try:
+            StrictUUIDField().to_internal_value(item["attachmentId"])
+        except serializers.ValidationError:
+            return "attachmentId must be a UUID string"
+    return None
+
+
+class EntryAppendSchema(OpenApiSerializerExtension):
+    """The append body as two exact shapes (history / context), so clients and fuzzers know what is accepted."""
+
+    target_class = "apps.conversations.serializers.EntryAppendSerializer"
+    priority = 1  # over the generic StrictSerializer extension
+
+    def get_name(self, auto_schema, direction):
+        return "EntryAppend"  # + "Request" (COMPONENT_SPLIT_REQUEST)
+
+    def map_serializer(self, auto_schema, direction):
+        return entry_append_schema()
+
+
+def entry_append_schema() -> dict:
+    uuid_schema = {"type": "string", "format": "uuid"}
+    common = {
+        "indexedContent": {
+            "type": ["string", "null"],
+            "pattern": NO_NUL_PATTERN,
+            "description": f"Search index text, at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes",
+        },
+        "forkedAtConversationId": {**uuid_schema, "description": "Only with a new id: fork this conversation"},
+        "forkedAtEntryId": {**uuid_schema, "description": "Only with a new id: the fork sees entries before it"},
+    }
+    together = {"forkedAtConversationId": ["forkedAtEntryId"], "forkedAtEntryId": ["forkedAtConversationId"]}
+    items = {"minItems": 1, "maxItems": settings.CONVERSATION_ENTRY_MAX_ITEMS}
+    history_item = {
+        "type": "object",
+        "properties": {
+            "role": {"type": "string", "enum": list(ROLES)},
+            "text": {"type": "string"},
+            "attachmentId": uuid_schema,
+        },
+        "required": ["role"],
+        "anyOf": [{"required": ["text"]}, {"required": ["attachmentId"]}],
+        "additionalProperties": False,
+    }
+    history = {
+        "type": "object",
+        "title": "HistoryEntryAppend",
+        "properties": {
+            "channel": {"type": "string", "const": Channel.HISTORY.value, "default": Channel.HISTORY.value},
+            "contentType": {"type": "string", "const": "history", "default": "history"},
+            "content": {"type": "array", "items": history_item, **items},
+            **common,
+        },
+        "required": ["content"],
+        "additionalProperties": False,
+        "dependentRequired": together,
+    }
+    context = {
+        "type": "object",
+        "title": "ContextEntryAppend",
+        "description": "Needs an API-key client (X-API-Key); visible only to that client.",
+        "properties": {
+            "channel": {"type": "string", "const": Channel.CONTEXT.value},
+            "contentType": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_CONTENT_TYPE_CHARS,
+                "pattern": NO_NUL_PATTERN,
+                "default": "context",
+            },
+            "content": {"type": "array", "items": {"type": "object", "additionalProperties": True}, **items},
+            **common,
+        },
+        "required": ["channel", "content"],
+        "additionalProperties": False,
+        "dependentRequired": together,
+    }
+    return {
+        "oneOf": [history, context],
+        "description": f"content serialized as JSON may take at most {settings.CONVERSATION_ENTRY_MAX_CONTENT_BYTES} "
+        "bytes (413 beyond)",
+    }
+
+
+# --- Query parameters -------------------------------------------------------------------------------------------
+
+LIST_MODES = ("all", "roots", "latest-fork")
+
+
+def list_mode(raw: str | None) -> str:
+    if raw is None or raw == "":
+        return "latest-fork"
+    if raw not in LIST_MODES:
+        raise errors.validation_error({"mode": "must be one of all, roots, latest-fork"})
+    return raw
+
+
+def title_query(raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if len(raw) > MAX_QUERY_CHARS or "\x00" in raw:
+        raise errors.validation_error({"query": f"must be at most {MAX_QUERY_CHARS} characters without NUL"})
+    return raw
+
+
+def channel_param(raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if raw not in Channel.values:
+        raise errors.validation_error({"channel": "must be history or context"})
+    return raw
+
+
+def bool_param(raw: str | None, name: str) -> bool:
+    if raw is None or raw == "":
+        return False
+    lowered = raw.lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise errors.validation_error({name: "must be true or false"})
+
+
+def user_id_param(raw: str | None, name: str) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if len(raw) > 256 or "\x00" in raw:
+        raise errors.validation_error({name: "must be at most 256 characters without NUL"})
+    return raw
+
+
+# --- Response shapes (documentation) ----------------------------------------------------------------------------
+
+LEVELS = [level.value for level in AccessLevel]
+
+
+class ConversationListItem(serializers.Serializer):
+    id = serializers.UUIDField()
+    title = serializers.CharField()
+    ownerUserId = serializers.CharField()
+    createdAt = serializers.DateTimeField()
+    updatedAt = serializers.DateTimeField()
+    accessLevel = serializers.ChoiceField(choices=LEVELS, help_text="The caller's level")
+
+
+class ConversationResponse(ConversationListItem):
+    metadata = serializers.DictField()
+    forkedAtConversationId = serializers.UUIDField(allow_null=True)
+    forkedAtEntryId = serializers.UUIDField(allow_null=True)
+
+
+class ConversationPage(serializers.Serializer):
+    data = ConversationListItem(many=True)
+    afterCursor = serializers.CharField(allow_null=True)
+
+
+class EntryResponse(serializers.Serializer):
+    id = serializers.UUIDField()
+    conversationId = serializers.UUIDField()
+    userId = serializers.CharField()
+    channel = serializers.ChoiceField(choices=Channel.values)
+    contentType = serializers.CharField()
+    content = serializers.ListField(child=serializers.DictField())
+    createdAt = serializers.DateTimeField()
+
+
+class EntryPage(serializers.Serializer):
+    data = EntryResponse(many=True)
+    afterCursor = serializers.CharField(allow_null=True)
+
+
+class ForkItem(serializers.Serializer):
+    conversationId = serializers.UUIDField()
+    title = serializers.CharField()
+    forkedAtConversationId = serializers.UUIDField(allow_null=True)
+    forkedAtEntryId = serializers.UUIDField(allow_null=True)
+    createdAt = serializers.DateTimeField()
+
+
+class ForkPage(serializers.Serializer):
+    data = ForkItem(many=True)
+    afterCursor = serializers.CharField(allow_null=True)
+
+
+class AdminConversation(serializers.Serializer):
+    id = serializers.UUIDField()
+    title = serializers.CharField()
+    ownerUserId = serializers.CharField()
+    createdAt = serializers.DateTimeField()
+    updatedAt = serializers.DateTimeField()
+    metadata = serializers.DictField()
+    forkedAtConversationId = serializers.UUIDField(allow_null=True)
+    forkedAtEntryId = serializers.UUIDField(allow_null=True)
+    deletedAt = serializers.DateTimeField(allow_null=True)
+
+
+class AdminConversationPage(serializers.Serializer):
+    data = AdminConversation(many=True)
+    afterCursor = serializers.CharField(allow_null=True)

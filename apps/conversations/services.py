@@ -1,0 +1,328 @@
+"""Conversation writes: create, update, delete, append an entry. Each is one transaction.
+
+Entries of one conversation are serialised by locking the conversation row (SELECT ... FOR UPDATE), and each
+entry's ``created_at`` is taken after the lock, strictly later than the conversation's ``updated_at`` (which every
+append moves to the new entry's time): entry order is commit order, so a reader paging by (created_at, id) never
+misses an entry that commits late. Content is encrypted in Python; the database only sees ciphertext.
+
+Memberships live in apps.sharing; this app grants the creator's owner membership through apps.core.access and
+announces deletions with the core ``conversation_deleting`` signal, never importing sharing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.conversations import selectors
+from apps.conversations.models import Channel, Conversation, Entry
+from apps.core import access, crypto, errors, signals
+from apps.core.access import AccessLevel, at_least
+from apps.core.auth.principal import Principal
+from apps.events.publisher import publish
+
+TITLE_FROM_TEXT_CHARS = 40
+
+
+# --- Conversations ----------------------------------------------------------------------------------------------
+
+
+def create_conversation(
+    principal: Principal, *, conversation_id: UUID | None, title: str | None, metadata: dict | None
+) -> dict:
+    conversation_id = conversation_id or uuid.uuid4()
+    now = timezone.now()
+    with transaction.atomic():
+        inserted = _insert_conversation(
+            conversation_id,
+            root_id=conversation_id,
+            owner_user_id=principal.user_id,
+            title=title or "",
+            metadata=metadata or {},
+            now=now,
+        )
+        if not inserted:
+            raise errors.conflict("A conversation with this id already exists.")
+        access.grant_owner(str(conversation_id), principal.user_id, now)
+        _publish_created(conversation_id, principal.user_id)
+    row = selectors.ConversationRow(
+        id=conversation_id,
+        title=title or "",
+        owner_user_id=principal.user_id,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata or {},
+        forked_at_conversation_id=None,
+        forked_at_entry_id=None,
+        deleted_at=None,
+        root_id=conversation_id,
+    )
+    return selectors.conversation_full(row, AccessLevel.OWNER)
+
+
+def _insert_conversation(
+    conversation_id: UUID,
+    *,
+    root_id: UUID,
+    owner_user_id: str,
+    title: str,
+    metadata: dict,
+    now: datetime,
+    forked_at_conversation_id: UUID | None = None,
+    forked_at_entry_id: UUID | None = None,
+) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING: concurrent creators of one id never see an error; True for the winner
+    (a soft-deleted conversation keeps its id, so that id stays taken)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO conversations (id, root_id, owner_user_id, title, metadata, forked_at_conversation_id, "
+            "forked_at_entry_id, created_at, updated_at) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s) "
+            "ON CONFLICT (id) DO NOTHING",
+            [
+                conversation_id,
+                root_id,
+                owner_user_id,
+                title,
+                json.dumps(metadata, ensure_ascii=False),
+                forked_at_conversation_id,
+                forked_at_entry_id,
+                now,
+                now,
+            ],
+        )
+        return cursor.rowcount == 1
+
+
+def _publish_created(conversation_id: UUID, owner_user_id: str | None) -> None:
+    publish("created", "conversation", {"conversationId": str(conversation_id)})
+    if owner_user_id is not None:
+        publish(
+            "created",
+            "membership",
+            {"conversationId": str(conversation_id), "userId": owner_user_id, "accessLevel": AccessLevel.OWNER.value},
+        )
+
+
+# Locks the conversation row (never the membership: FOR UPDATE OF c) and reads the caller's level with it.
+_LOCK_SQL = """
+SELECT c.root_id, c.deleted_at, c.updated_at, c.forked_at_conversation_id, c.forked_at_entry_id, m.access_level
+FROM conversations c
+LEFT JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s
+WHERE c.id = %s
+FOR UPDATE OF c
+"""
+
+
+@dataclass(frozen=True)
+class _Locked:
+    root_id: UUID
+    deleted: bool
+    updated_at: datetime
+    forked_at_conversation_id: UUID | None
+    forked_at_entry_id: UUID | None
+    level: str | None
+
+
+def _lock(user_id: str, conversation_id: UUID) -> _Locked | None:
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK_SQL, [user_id, conversation_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return _Locked(row[0], row[1] is not None, row[2], row[3], row[4], row[5])
+
+
+def _lock_live(principal: Principal, conversation_id: UUID, required: str) -> _Locked:
+    locked = _lock(principal.user_id, conversation_id)
+    if locked is None or locked.deleted:
+        raise errors.not_found("Conversation not found.")
+    if not at_least(locked.level, required):
+        raise errors.forbidden("You do not have access to this conversation.")
+    return locked
+
+
+def update_conversation(
+    principal: Principal, conversation_id: UUID, *, title: str | None = None, metadata: dict | None = None
+) -> dict:
+    with transaction.atomic():
+        _lock_live(principal, conversation_id, AccessLevel.WRITER)
+        sets = ["updated_at = GREATEST(clock_timestamp(), updated_at + interval '1 microsecond')"]
+        params: list[Any] = []
+        if title is not None:
+            sets.append("title = %s")
+            params.append(title)
+        if metadata is not None:
+            sets.append("metadata = %s::jsonb")
+            params.append(json.dumps(metadata, ensure_ascii=False))
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE conversations SET {', '.join(sets)} WHERE id = %s", [*params, conversation_id])  # noqa: S608
+        publish("updated", "conversation", {"conversationId": str(conversation_id)})
+    return selectors.get_conversation(principal, conversation_id)
+
+
+def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
+    """Soft-deletes the conversation and every fork below it (the whole tree when it is the root); the tree's
+    memberships and pending transfers go with the root (apps.sharing's signal handler, same transaction)."""
+    with transaction.atomic():
+        # The root row first, as every tree-wide write does (membership changes, transfers): one lock order. Of
+        # concurrent deletes, the first wins; the others read the conversation afresh under the lock: 404.
+        tree = access.lock_tree(principal.user_id, str(conversation_id))
+        if tree is None:
+            raise errors.not_found("Conversation not found.")
+        root_id, level, _owner = tree
+        if not at_least(level, AccessLevel.OWNER):
+            raise errors.forbidden("Only an owner may delete the conversation.")
+        whole_tree = root_id == conversation_id
+        with connection.cursor() as cursor:
+            if whole_tree:
+                cursor.execute(
+                    "SELECT id FROM conversations WHERE root_id = %s AND deleted_at IS NULL ORDER BY created_at, id "
+                    "FOR UPDATE",
+                    [root_id],
+                )
+            else:
+                cursor.execute(
+                    "WITH RECURSIVE below(id) AS (SELECT %s::uuid UNION SELECT c.id FROM conversations c "
+                    "JOIN below ON c.forked_at_conversation_id = below.id WHERE c.deleted_at IS NULL) "
+                    "SELECT c.id FROM conversations c JOIN below ON below.id = c.id ORDER BY c.created_at, c.id "
+                    "FOR UPDATE OF c",
+                    [conversation_id],
+                )
+            ids = [found for (found,) in cursor.fetchall()]
+        # Published before the memberships go: recipients are resolved from them.
+        for deleted_id in ids:
+            publish("deleted", "conversation", {"conversationId": str(deleted_id)})
+        signals.conversation_deleting.send(
+            sender=Conversation, conversation_ids=[str(i) for i in ids], root_id=str(root_id), whole_tree=whole_tree
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE conversations SET deleted_at = clock_timestamp() WHERE id = ANY(%s)", [ids])
+
+
+# --- Entries ----------------------------------------------------------------------------------------------------
+
+
+def _title_from(content: list) -> str:
+    for item in content:
+        text = item.get("text")
+        if isinstance(text, str) and text:
+            return text[:TITLE_FROM_TEXT_CHARS]
+    return ""
+
+
+def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dict:
+    """Appends one entry; an unknown id creates the conversation (owned by the caller, or a fork of the given
+    parent in the parent's tree). Concurrent first appends to one new id create it exactly once."""
+    channel = data["channel"]
+    if channel == Channel.CONTEXT and principal.client_id is None:
+        raise errors.forbidden("context entries need an API-key client (X-API-Key).")
+    content = data["content"]
+    fork = (data["forkedAtConversationId"], data["forkedAtEntryId"]) if "forkedAtConversationId" in data else None
+    entry_id = uuid.uuid4()
+    sealed = crypto.encrypt_json(
+        content, purpose=selectors.CONTENT_PURPOSE, row_id=selectors.content_row_id(conversation_id, entry_id)
+    )
+    with transaction.atomic():
+        locked = _lock(principal.user_id, conversation_id)
+        if locked is None:
+            _create_for_append(principal, conversation_id, content, fork)
+            locked = _lock(principal.user_id, conversation_id)
+            assert locked is not None  # inserted above or by a concurrent creator; never deleted outright
+        if locked.deleted:
+            raise errors.not_found("Conversation not found.")
+        if fork is not None and (locked.forked_at_conversation_id, locked.forked_at_entry_id) != fork:
+            raise errors.validation_error(
+                {"forkedAtConversationId": "a fork point can only be given when the conversation id is new"}
+            )
+        if not at_least(locked.level, AccessLevel.WRITER):
+            raise errors.forbidden("You do not have write access to this conversation.")
+        with connection.cursor() as cursor:
+            # Strictly after the previous entry (updated_at), whatever the clock does: entry order = commit order.
+            cursor.execute(
+                "WITH e AS (INSERT INTO conversation_entries (id, conversation_id, user_id, client_id, channel, "
+                "content_type, content, indexed_content, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
+                "GREATEST(clock_timestamp(), %s::timestamptz + interval '1 microsecond')) RETURNING created_at) "
+                "UPDATE conversations SET updated_at = (SELECT created_at FROM e) WHERE id = %s RETURNING updated_at",
+                [
+                    entry_id,
+                    conversation_id,
+                    principal.user_id,
+                    principal.client_id if channel == Channel.CONTEXT else None,
+                    channel,
+                    data["contentType"],
+                    sealed,
+                    data.get("indexedContent"),
+                    locked.updated_at,
+                    conversation_id,
+                ],
+            )
+            created_at = cursor.fetchone()[0]
+        signals.entry_appending.send(
+            sender=Entry,
+            principal=principal,
+            conversation_id=str(conversation_id),
+            entry_id=str(entry_id),
+            content=content,
+        )
+        publish("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})
+    return selectors.entry_response(
+        entry_id=entry_id,
+        conversation_id=conversation_id,
+        user_id=principal.user_id,
+        channel=channel,
+        content_type=data["contentType"],
+        content=content,
+        created_at=created_at,
+    )
+
+
+def _create_for_append(
+    principal: Principal, conversation_id: UUID, content: list, fork: tuple[UUID, UUID] | None
+) -> None:
+    now = timezone.now()
+    title = _title_from(content).replace("\x00", "")
+    if fork is None:
+        if _insert_conversation(
+            conversation_id, root_id=conversation_id, owner_user_id=principal.user_id, title=title, metadata={}, now=now
+        ):
+            access.grant_owner(str(conversation_id), principal.user_id, now)
+            _publish_created(conversation_id, principal.user_id)
+        return
+    parent_id, entry_id = fork
+    # Lock the tree's root first, as every tree-wide write does: a delete of the parent (or of the tree) either
+    # finished before (we see it deleted) or waits until the fork exists (and deletes it with its parent).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT r.id, r.owner_user_id FROM conversations c JOIN conversations r ON r.id = c.root_id "
+            "WHERE c.id = %s FOR UPDATE OF r",
+            [parent_id],
+        )
+        tree = cursor.fetchone()
+    vis = selectors.visibility(principal.user_id, parent_id) if tree else None
+    if vis is None or vis.deleted:
+        # The parent is a reference in the body, not the addressed resource: a validation error of that field.
+        raise errors.validation_error({"forkedAtConversationId": "no such conversation"})
+    if not at_least(vis.level, AccessLevel.WRITER):
+        raise errors.forbidden("Forking needs write access to the parent conversation.")
+    if not selectors.history_entry_visible(vis, entry_id):
+        raise errors.validation_error({"forkedAtEntryId": "not a history entry of the parent conversation"})
+    root_id, owner_user_id = tree
+    # A fork joins its parent's tree: same members, same primary owner (memberships belong to the tree, D5).
+    if _insert_conversation(
+        conversation_id,
+        root_id=root_id,
+        owner_user_id=owner_user_id,
+        title=title,
+        metadata={},
+        now=now,
+        forked_at_conversation_id=parent_id,
+        forked_at_entry_id=entry_id,
+    ):
+        _publish_created(conversation_id, None)

@@ -1,0 +1,280 @@
+"""HTTP endpoints of conversations, entries, forks and their admin views. Thin: parse, call a service or selector,
+shape the response. Path ids are checked here (a malformed UUID is 400, D1) so routes can match any segment."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.conversations import selectors, serializers, services
+from apps.core import audit, errors, pagination
+from apps.core.openapi import EnvelopeAutoSchema
+from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_uuid
+
+CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
+AFTER_CURSOR = OpenApiParameter("afterCursor", str, description="The previous page's afterCursor")
+CHANNEL = OpenApiParameter(
+    "channel",
+    str,
+    enum=["history", "context"],
+    description="Omitted: history entries plus the calling API-key client's own context entries",
+)
+# Reserved for the search issue's routes (POST /v1/conversations/search, GET .../unindexed, POST .../index).
+ID_SEGMENT = r"(?!search$|unindexed$|index$)[^/]+"
+
+
+def _validated(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class ConversationViewSet(viewsets.ViewSet):
+    schema = EnvelopeAutoSchema()
+    lookup_field = "conversationId"
+    lookup_value_regex = ID_SEGMENT
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="List the caller's conversations",
+        description="Only conversations the caller is a member of, newest first by updatedAt. `mode`: `all` "
+        "(every conversation of every tree), `roots` (root conversations only), `latest-fork` (default: one per "
+        "fork tree, the most recently updated). `query` filters titles (case-insensitive substring).",
+        parameters=[
+            OpenApiParameter("mode", str, enum=list(serializers.LIST_MODES)),
+            OpenApiParameter(
+                "query",
+                {"type": "string", "maxLength": serializers.MAX_QUERY_CHARS, "pattern": NO_NUL_PATTERN},
+                description="Case-insensitive title substring",
+            ),
+            AFTER_CURSOR,
+            limit_parameter("conversations"),
+        ],
+        responses={200: serializers.ConversationPage, **error_responses(400, 401)},
+    )
+    def list(self, request: Request) -> Response:
+        params = request.query_params
+        mode = serializers.list_mode(params.get("mode"))
+        query = serializers.title_query(params.get("query"))
+        limit = pagination.parse_limit(params.get("limit"), "conversations")
+        return Response(
+            selectors.list_conversations(
+                request.user, mode=mode, query=query, cursor=params.get("afterCursor") or None, limit=limit
+            )
+        )
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="Create a conversation",
+        description="The caller becomes its owner. A client-chosen `id` that already exists is 409.",
+        request=serializers.ConversationCreateSerializer,
+        responses={201: serializers.ConversationResponse, **error_responses(400, 401, 409)},
+    )
+    def create(self, request: Request) -> Response:
+        data = _validated(serializers.ConversationCreateSerializer, request.data)
+        body = services.create_conversation(
+            request.user, conversation_id=data.get("id"), title=data.get("title"), metadata=data.get("metadata")
+        )
+        return Response(body, status=201)
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="Get a conversation",
+        parameters=[CONVERSATION_ID],
+        responses={200: serializers.ConversationResponse, **error_responses(400, 401, 403, 404)},
+    )
+    def retrieve(self, request: Request, conversationId: str) -> Response:
+        return Response(selectors.get_conversation(request.user, path_uuid(conversationId, "conversationId")))
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="Update a conversation's title or metadata",
+        description="Writer or above.",
+        parameters=[CONVERSATION_ID],
+        request=serializers.ConversationUpdateSerializer,
+        responses={200: serializers.ConversationResponse, **error_responses(400, 401, 403, 404)},
+    )
+    def partial_update(self, request: Request, conversationId: str) -> Response:
+        conversation_id = path_uuid(conversationId, "conversationId")
+        data = _validated(serializers.ConversationUpdateSerializer, request.data)
+        return Response(
+            services.update_conversation(
+                request.user, conversation_id, title=data.get("title"), metadata=data.get("metadata")
+            )
+        )
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="Delete a conversation",
+        description="Owner only. Deleting a root deletes its whole fork tree with memberships and pending "
+        "transfers; deleting a fork deletes it and the forks below it.",
+        parameters=[CONVERSATION_ID],
+        responses={204: None, **error_responses(400, 401, 403, 404)},
+    )
+    def destroy(self, request: Request, conversationId: str) -> Response:
+        services.delete_conversation(request.user, path_uuid(conversationId, "conversationId"))
+        return Response(status=204)
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="List a conversation's entries",
+        description="Oldest first. A fork shows its parent's entries before the fork point, then its own. "
+        "context entries are visible only to the API-key client that wrote them (channel=context without a "
+        "client is 403).",
+        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter("conversation_entries")],
+        responses={200: serializers.EntryPage, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"], url_path="entries")
+    def entries(self, request: Request, conversationId: str) -> Response:
+        conversation_id = path_uuid(conversationId, "conversationId")
+        params = request.query_params
+        channel = serializers.channel_param(params.get("channel"))
+        limit = pagination.parse_limit(params.get("limit"), "conversation_entries")
+        return Response(
+            selectors.list_entries(
+                request.user, conversation_id, channel=channel, cursor=params.get("afterCursor") or None, limit=limit
+            )
+        )
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="Append an entry",
+        description="Writer or above. An unknown conversation id creates the conversation, owned by the caller and "
+        "titled from the first 40 characters of the first text; with forkedAtConversationId + forkedAtEntryId it "
+        "creates a fork that sees the parent's entries before that entry (400 when the parent does not exist, the "
+        "entry is not one of its history entries, or the id already exists with another fork point). "
+        "context entries need an API-key client.",
+        parameters=[CONVERSATION_ID],
+        request=serializers.EntryAppendSerializer,
+        responses={201: serializers.EntryResponse, **error_responses(400, 401, 403, 404, 413)},
+    )
+    @entries.mapping.post
+    def append_entry(self, request: Request, conversationId: str) -> Response:
+        conversation_id = path_uuid(conversationId, "conversationId")
+        data = _validated(serializers.EntryAppendSerializer, request.data)
+        return Response(services.append_entry(request.user, conversation_id, data), status=201)
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="List the conversation's fork tree",
+        description="Every conversation of the tree, the root included, oldest first.",
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("conversation_forks")],
+        responses={200: serializers.ForkPage, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"], url_path="forks")
+    def forks(self, request: Request, conversationId: str) -> Response:
+        conversation_id = path_uuid(conversationId, "conversationId")
+        params = request.query_params
+        limit = pagination.parse_limit(params.get("limit"), "conversation_forks")
+        return Response(
+            selectors.forks(request.user, conversation_id, cursor=params.get("afterCursor") or None, limit=limit)
+        )
+
+
+def require_auditor(request: Request) -> None:
+    if not request.user.is_auditor:
+        raise errors.forbidden("Requires the auditor or admin role.")
+
+
+class AdminConversationViewSet(viewsets.ViewSet):
+    """Auditor or admin role (403 for others); every call is audit-logged before it answers."""
+
+    schema = EnvelopeAutoSchema()
+    lookup_field = "conversationId"
+    lookup_value_regex = ID_SEGMENT
+
+    @extend_schema(
+        tags=["admin"],
+        summary="List all conversations",
+        description="Newest first by updatedAt. `userId` filters by owner; deleted conversations only with "
+        "`includeDeleted=true`.",
+        parameters=[
+            OpenApiParameter(
+                "userId", {"type": "string", "maxLength": 256, "pattern": NO_NUL_PATTERN}, description="Owner filter"
+            ),
+            OpenApiParameter("includeDeleted", bool),
+            AFTER_CURSOR,
+            limit_parameter("admin_conversations"),
+        ],
+        responses={200: serializers.AdminConversationPage, **error_responses(400, 401, 403)},
+    )
+    def list(self, request: Request) -> Response:
+        params = request.query_params
+        user_id = serializers.user_id_param(params.get("userId"), "userId")
+        include_deleted = serializers.bool_param(params.get("includeDeleted"), "includeDeleted")
+        limit = pagination.parse_limit(params.get("limit"), "admin_conversations")
+        require_auditor(request)
+        audit.record(
+            request.user,
+            "admin.conversations.list",
+            params={"userId": user_id, "includeDeleted": include_deleted, "limit": limit,
+                    "afterCursor": bool(params.get("afterCursor"))},
+        )
+        return Response(
+            selectors.admin_list_conversations(
+                user_id=user_id, include_deleted=include_deleted, cursor=params.get("afterCursor") or None, limit=limit
+            )
+        )
+
+    @extend_schema(
+        tags=["admin"],
+        summary="Get any conversation (deleted ones too, with deletedAt)",
+        parameters=[CONVERSATION_ID],
+        responses={200: serializers.AdminConversation, **error_responses(400, 401, 403, 404)},
+    )
+    def retrieve(self, request: Request, conversationId: str) -> Response:
+        conversation_id = path_uuid(conversationId, "conversationId")
+        require_auditor(request)
+        audit.record(request.user, "admin.conversations.get", target_id=str(conversation_id))
+        return Response(selectors.admin_get_conversation(conversation_id))
+
+    @extend_schema(
+        tags=["admin"],
+        summary="List any conversation's entries (all channels)",
+        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter("admin_conversation_entries")],
+        responses={200: serializers.EntryPage, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"], url_path="entries")
+    def entries(self, request: Request, conversationId: str) -> Response:
+        conversation_id = path_uuid(conversationId, "conversationId")
+        params = request.query_params
+        channel = serializers.channel_param(params.get("channel"))
+        limit = pagination.parse_limit(params.get("limit"), "admin_conversation_entries")
+        require_auditor(request)
+        audit.record(
+            request.user,
+            "admin.conversations.entries",
+            target_id=str(conversation_id),
+            params={"channel": channel, "limit": limit, "afterCursor": bool(params.get("afterCursor"))},
+        )
+        return Response(
+            selectors.admin_list_entries(
+                conversation_id, channel=channel, cursor=params.get("afterCursor") or None, limit=limit
+            )
+        )
+
+    @extend_schema(
+        tags=["admin"],
+        summary="List any conversation's fork tree (deleted forks too)",
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_forks")],
+        responses={200: serializers.ForkPage, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"], url_path="forks")
+    def forks(self, request: Request, conversationId: str) -> Response:
+        conversation_id = path_uuid(conversationId, "conversationId")
+        params = request.query_params
+        limit = pagination.parse_limit(params.get("limit"), "admin_conversation_forks")
+        require_auditor(request)
+        audit.record(
+            request.user,
+            "admin.conversations.forks",
+            target_id=str(conversation_id),
+            params={"limit": limit, "afterCursor": bool(params.get("afterCursor"))},
+        )
+        return Response(
+            selectors.admin_forks(conversation_id, cursor=params.get("afterCursor") or None, limit=limit)
+        )

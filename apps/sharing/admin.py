@@ -1,0 +1,38 @@
+"""Operator pages for memberships and pending ownership transfers (read-only: changes go through the API, which
+enforces the D6 rules and publishes the events)."""
+
+from django.contrib import admin
+
+from apps.sharing.models import Membership, OwnershipTransfer
+
+
+class _ReadOnly(admin.ModelAdmin):
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Membership)
+class MembershipAdmin(_ReadOnly):
+    list_display = ("root_id", "user_id", "access_level", "created_at")
+    list_filter = ("access_level",)
+    search_fields = ("=root_id", "=user_id")
+    ordering = ("-created_at",)
+    fields = ("id", "root_id", "user_id", "access_level", "created_at")
+    readonly_fields = fields
+
+
+@admin.register(OwnershipTransfer)
+class OwnershipTransferAdmin(_ReadOnly):
+    list_display = ("id", "conversation_id", "root_id", "from_user_id", "to_user_id", "created_at")
+    search_fields = ("=id", "=conversation_id", "=root_id", "=from_user_id", "=to_user_id")
+    ordering = ("-created_at",)
+    fields = ("id", "root_id", "conversation_id", "from_user_id", "to_user_id", "created_at")
+    readonly_fields = fields

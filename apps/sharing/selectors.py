@@ -1,0 +1,94 @@
+"""Reads of memberships and pending transfers. Every list is scoped in SQL: memberships by the tree the caller
+belongs to, transfers by the caller being their sender or recipient."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Q
+
+from apps.core import access, errors, pagination
+from apps.core.access import AccessLevel
+from apps.core.auth.principal import Principal
+from apps.core.serializers import isoformat
+from apps.sharing.models import Membership, OwnershipTransfer
+
+MEMBERSHIPS_CURSOR = "sharing.memberships"
+TRANSFERS_CURSOR = "sharing.transfers"
+
+
+def membership_response(membership: Membership, conversation_id: Any) -> dict:
+    return {
+        "conversationId": str(conversation_id),
+        "userId": membership.user_id,
+        "accessLevel": membership.access_level,
+        "createdAt": isoformat(membership.created_at),
+    }
+
+
+def transfer_response(transfer: OwnershipTransfer) -> dict:
+    return {
+        "id": str(transfer.id),
+        "conversationId": str(transfer.conversation_id),
+        "fromUserId": transfer.from_user_id,
+        "toUserId": transfer.to_user_id,
+        "createdAt": isoformat(transfer.created_at),
+    }
+
+
+def _oldest_first(queryset, tag: str, cursor: str | None, limit: int) -> tuple[list, str | None]:
+    if cursor:
+        position, item_id = pagination.decode_timestamp_cursor(cursor, tag)
+        queryset = queryset.filter(Q(created_at__gt=position) | Q(created_at=position, id__gt=item_id))
+    rows = list(queryset.order_by("created_at", "id")[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = pagination.encode_tagged_cursor(tag, rows[-1].created_at, rows[-1].id)
+    return rows, next_cursor
+
+
+def membership_page(root_id: Any, conversation_id: Any, *, cursor: str | None, limit: int) -> dict:
+    rows, next_cursor = _oldest_first(Membership.objects.filter(root_id=root_id), MEMBERSHIPS_CURSOR, cursor, limit)
+    return pagination.envelope([membership_response(row, conversation_id) for row in rows], next_cursor)
+
+
+def list_memberships(principal: Principal, conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
+    found = access.tree_level(principal.user_id, str(conversation_id))
+    if found is None:
+        raise errors.not_found("Conversation not found.")
+    root_id, level = found
+    if not access.at_least(level, AccessLevel.READER):
+        raise errors.forbidden("You do not have access to this conversation.")
+    return membership_page(root_id, conversation_id, cursor=cursor, limit=limit)
+
+
+def admin_list_memberships(conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
+    root_id = access.root_of(str(conversation_id))
+    if root_id is None:
+        raise errors.not_found("Conversation not found.")
+    return membership_page(root_id, conversation_id, cursor=cursor, limit=limit)
+
+
+def list_transfers(principal: Principal, *, role: str, cursor: str | None, limit: int) -> dict:
+    """Pending transfers (every stored transfer is pending) the caller sends or receives, oldest first."""
+    if role == "recipient":
+        scope = Q(to_user_id=principal.user_id)
+    elif role == "sender":
+        scope = Q(from_user_id=principal.user_id)
+    else:
+        scope = Q(to_user_id=principal.user_id) | Q(from_user_id=principal.user_id)
+    rows, next_cursor = _oldest_first(OwnershipTransfer.objects.filter(scope), TRANSFERS_CURSOR, cursor, limit)
+    return pagination.envelope([transfer_response(row) for row in rows], next_cursor)
+
+
+def get_transfer(principal: Principal, transfer_id: UUID) -> dict:
+    transfer = (
+        OwnershipTransfer.objects.filter(id=transfer_id)
+        .filter(Q(to_user_id=principal.user_id) | Q(from_user_id=principal.user_id))
+        .first()
+    )
+    if transfer is None:
+        raise errors.not_found("Transfer not found.")
+    return transfer_response(transfer)

@@ -1,0 +1,200 @@
+"""Membership and ownership-transfer writes. Each is one transaction that first locks the fork tree's root row
+(apps.core.access.lock_tree / lock_root), so changes to one tree serialise and take locks in one order; the
+invariants themselves (one membership per user and tree, one pending transfer per tree) are unique indexes.
+
+Rules (D6): owner grants anything (owner included: a co-owner; ownerUserId stays); a manager adds, changes and
+removes only writers and readers, and only to writer or reader; the primary owner's membership cannot be lowered
+or removed (400), only a transfer moves it; any member may leave, except the primary owner.
+"""
+
+from __future__ import annotations
+
+import uuid
+from uuid import UUID
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.core import access, errors
+from apps.core.access import AccessLevel, at_least
+from apps.core.auth.principal import Principal
+from apps.events.publisher import publish
+from apps.sharing import selectors
+from apps.sharing.models import Membership, OwnershipTransfer
+
+_MANAGEABLE = {AccessLevel.WRITER.value, AccessLevel.READER.value}
+
+
+def _lock_tree(principal: Principal, conversation_id: UUID) -> tuple[str, str | None, str]:
+    locked = access.lock_tree(principal.user_id, str(conversation_id))
+    if locked is None:
+        raise errors.not_found("Conversation not found.")
+    return locked
+
+
+def _require_manager(level: str | None) -> None:
+    if not at_least(level, AccessLevel.MANAGER):
+        raise errors.forbidden("Only an owner or a manager may change memberships.")
+
+
+def _membership_event(event: str, conversation_id: UUID, user_id: str, level: str) -> None:
+    publish(event, "membership", {"conversationId": str(conversation_id), "userId": user_id, "accessLevel": level})
+
+
+# --- Memberships ------------------------------------------------------------------------------------------------
+
+
+def add_membership(principal: Principal, conversation_id: UUID, *, user_id: str, access_level: str) -> dict:
+    with transaction.atomic():
+        root_id, level, _owner = _lock_tree(principal, conversation_id)
+        _require_manager(level)
+        if level != AccessLevel.OWNER and access_level not in _MANAGEABLE:
+            raise errors.forbidden("A manager may grant only writer or reader.")
+        now = timezone.now()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO conversation_memberships (id, root_id, user_id, access_level, created_at) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (root_id, user_id) DO NOTHING",
+                [uuid.uuid4(), root_id, user_id, access_level, now],
+            )
+            inserted = cursor.rowcount == 1
+        if not inserted:
+            raise errors.conflict("The user is already a member; use PATCH to change the level.")
+        _membership_event("created", conversation_id, user_id, access_level)
+        membership = Membership(root_id=root_id, user_id=user_id, access_level=access_level, created_at=now)
+    return selectors.membership_response(membership, conversation_id)
+
+
+def _target(root_id: str, user_id: str) -> Membership:
+    membership = Membership.objects.select_for_update().filter(root_id=root_id, user_id=user_id).first()
+    if membership is None:
+        raise errors.not_found("No such member.")
+    return membership
+
+
+def update_membership(principal: Principal, conversation_id: UUID, *, user_id: str, access_level: str) -> dict:
+    with transaction.atomic():
+        root_id, level, owner_user_id = _lock_tree(principal, conversation_id)
+        _require_manager(level)
+        target = _target(root_id, user_id)
+        if level != AccessLevel.OWNER and (target.access_level not in _MANAGEABLE or access_level not in _MANAGEABLE):
+            raise errors.forbidden("A manager may change only writers and readers, and only to writer or reader.")
+        if user_id == owner_user_id and access_level != AccessLevel.OWNER:
+            raise errors.validation_error(
+                {"accessLevel": "the primary owner's membership cannot be lowered; transfer ownership instead"}
+            )
+        if target.access_level != access_level:
+            Membership.objects.filter(pk=target.pk).update(access_level=access_level)
+            target.access_level = access_level
+            _membership_event("updated", conversation_id, user_id, access_level)
+    return selectors.membership_response(target, conversation_id)
+
+
+def remove_membership(principal: Principal, conversation_id: UUID, *, user_id: str) -> None:
+    with transaction.atomic():
+        root_id, level, owner_user_id = _lock_tree(principal, conversation_id)
+        leaving = user_id == principal.user_id and level is not None
+        if not leaving:
+            _require_manager(level)
+        target = _target(root_id, user_id)
+        if not leaving and level != AccessLevel.OWNER and target.access_level not in _MANAGEABLE:
+            raise errors.forbidden("A manager may remove only writers and readers.")
+        if user_id == owner_user_id:
+            raise errors.validation_error(
+                {"userId": "the primary owner's membership cannot be removed; transfer ownership first"}
+            )
+        # Published before the row goes: recipients are resolved from the memberships.
+        _membership_event("deleted", conversation_id, user_id, target.access_level)
+        OwnershipTransfer.objects.filter(root_id=root_id, to_user_id=user_id).delete()
+        Membership.objects.filter(pk=target.pk).delete()
+
+
+# --- Ownership transfers ----------------------------------------------------------------------------------------
+
+
+def create_transfer(principal: Principal, *, conversation_id: UUID, new_owner_user_id: str) -> dict:
+    with transaction.atomic():
+        root_id, level, _owner = _lock_tree(principal, conversation_id)
+        if level != AccessLevel.OWNER:
+            raise errors.forbidden("Only an owner may transfer ownership.")
+        if new_owner_user_id == principal.user_id:
+            raise errors.validation_error({"newOwnerUserId": "must be another user than the caller"})
+        if not Membership.objects.filter(root_id=root_id, user_id=new_owner_user_id).exists():
+            raise errors.validation_error({"newOwnerUserId": "must already be a member of the conversation"})
+        transfer = OwnershipTransfer(
+            id=uuid.uuid4(),
+            root_id=root_id,
+            conversation_id=conversation_id,
+            from_user_id=principal.user_id,
+            to_user_id=new_owner_user_id,
+            created_at=timezone.now(),
+        )
+        # The unique index on root_id decides "one pending transfer per tree", whatever the callers race.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO conversation_ownership_transfers (id, root_id, conversation_id, from_user_id, "
+                "to_user_id, created_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (root_id) DO NOTHING",
+                [transfer.id, root_id, conversation_id, transfer.from_user_id, transfer.to_user_id,
+                 transfer.created_at],
+            )
+            inserted = cursor.rowcount == 1
+        if not inserted:
+            existing = OwnershipTransfer.objects.filter(root_id=root_id).values_list("id", flat=True).first()
+            raise errors.conflict(
+                "A transfer of this conversation is already pending.",
+                details={"existingTransferId": str(existing) if existing else None},
+            )
+    return selectors.transfer_response(transfer)
+
+
+def accept_transfer(principal: Principal, transfer_id: UUID) -> None:
+    with transaction.atomic():
+        found = OwnershipTransfer.objects.filter(id=transfer_id).values_list("root_id", "to_user_id").first()
+        if found is None:
+            raise errors.not_found("Transfer not found.")
+        root_id, to_user_id = found
+        if to_user_id != principal.user_id:
+            raise errors.forbidden("Only the recipient may accept a transfer.")
+        previous_owner = access.lock_root(str(root_id))
+        # Re-read under the tree lock: of concurrent accepts (or an accept racing a cancel) exactly one finds it.
+        transfer = OwnershipTransfer.objects.select_for_update().filter(id=transfer_id).first()
+        if transfer is None or previous_owner is None:
+            raise errors.not_found("Transfer not found.")
+        conversation_id = transfer.conversation_id
+        updated = Membership.objects.filter(root_id=root_id, user_id=to_user_id).update(access_level=AccessLevel.OWNER)
+        if not updated:  # removing a member deletes transfers to them, so this is belt and braces
+            Membership.objects.create(
+                root_id=root_id, user_id=to_user_id, access_level=AccessLevel.OWNER, created_at=timezone.now()
+            )
+        _membership_event("updated", conversation_id, to_user_id, AccessLevel.OWNER)
+        if previous_owner != to_user_id:
+            Membership.objects.filter(root_id=root_id, user_id=previous_owner).update(access_level=AccessLevel.MANAGER)
+            _membership_event("updated", conversation_id, previous_owner, AccessLevel.MANAGER)
+        access.set_tree_owner(str(root_id), to_user_id)
+        transfer.delete()
+
+
+def delete_transfer(principal: Principal, transfer_id: UUID) -> None:
+    """Cancel (by the sender) or decline (by the recipient)."""
+    with transaction.atomic():
+        transfer = OwnershipTransfer.objects.select_for_update().filter(id=transfer_id).first()
+        if transfer is None:
+            raise errors.not_found("Transfer not found.")
+        if principal.user_id not in (transfer.from_user_id, transfer.to_user_id):
+            raise errors.forbidden("Only the sender or the recipient may cancel or decline a transfer.")
+        transfer.delete()
+
+
+# --- Conversation deletion (core signal) ------------------------------------------------------------------------
+
+
+def on_conversation_deleting(*, conversation_ids: list[str], root_id: str, whole_tree: bool, **_: object) -> None:
+    """Same transaction as the delete: a deleted tree keeps no members and no pending transfer; a deleted fork
+    takes the transfers that name it."""
+    if whole_tree:
+        for user_id, level in Membership.objects.filter(root_id=root_id).values_list("user_id", "access_level"):
+            _membership_event("deleted", UUID(root_id), user_id, level)
+        OwnershipTransfer.objects.filter(root_id=root_id).delete()
+        Membership.objects.filter(root_id=root_id).delete()
+    else:
+        OwnershipTransfer.objects.filter(conversation_id__in=conversation_ids).delete()

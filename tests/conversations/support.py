@@ -1,0 +1,322 @@
+"""Helpers shared by the conversation and sharing tests (tests/conversations, tests/sharing).
+
+Everything goes through the public HTTP API; the database is read with raw SQL on the table names fixed by the
+conversation decisions (``conversations``, ``conversation_entries``, ``conversation_memberships``,
+``conversation_ownership_transfers``, ``admin_audit_log``) so these tests never import the apps' models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+import requests
+from django.core.servers import basehttp
+from django.db import connection, connections
+
+# The live test server listens with Django's backlog of 10: 32 clients connecting at the same instant overflow it and
+# get connection resets before any request is read. A real deployment's server has a deep backlog; so does this one.
+basehttp.WSGIServer.request_queue_size = 256
+
+CONVERSATIONS = "/v1/conversations"
+TRANSFERS = "/v1/ownership-transfers"
+ADMIN = "/v1/admin/conversations"
+
+ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+LIST_FIELDS = {"id", "title", "ownerUserId", "createdAt", "updatedAt", "accessLevel"}
+FULL_FIELDS = LIST_FIELDS | {"metadata", "forkedAtConversationId", "forkedAtEntryId"}
+ENTRY_FIELDS = {"id", "conversationId", "userId", "channel", "contentType", "content", "createdAt"}
+MEMBERSHIP_FIELDS = {"conversationId", "userId", "accessLevel", "createdAt"}
+TRANSFER_FIELDS = {"id", "conversationId", "fromUserId", "toUserId", "createdAt"}
+FORK_FIELDS = {"conversationId", "title", "forkedAtConversationId", "forkedAtEntryId", "createdAt"}
+
+# The actors of the access matrix: four members of one conversation, a stranger, the two privileged roles (members
+# of nothing) and an anonymous caller. Names are distinct from the dev users so no test depends on dev-IdP data.
+OWNER, MANAGER, WRITER, READER = "olivia", "mandy", "walt", "rita"
+NON_MEMBER, ADMIN_USER, AUDITOR_USER = "nora", "adam", "aude"
+ROLES: dict[str, tuple[str, ...]] = {ADMIN_USER: ("user", "admin"), AUDITOR_USER: ("user", "auditor")}
+
+
+def url(path: str, **params: Any) -> str:
+    params = {name: value for name, value in params.items() if value is not None}
+    return f"{path}?{urlencode(params, doseq=True)}" if params else path
+
+
+def conv_path(conversation_id: Any, *rest: str) -> str:
+    return "/".join([CONVERSATIONS, str(conversation_id), *rest])
+
+
+def history(text: str = "hello", role: str = "USER") -> list[dict[str, str]]:
+    return [{"role": role, "text": text}]
+
+
+# --- D1 error assertions --------------------------------------------------------------------------------------------
+
+
+def assert_error(response, status: int, code: str) -> dict:
+    assert response.status_code == status, (response.status_code, response.content[:500])
+    assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
+    body = response.json()
+    assert body["code"] == code, body
+    assert isinstance(body["error"], str) and body["error"]
+    assert body["requestId"] == response["X-Request-ID"]
+    return body
+
+
+def assert_validation_error(response, *fields: str) -> dict:
+    """A D1 400 whose details.fields names ``fields`` (when given; ``content[0]``/``content.0`` count as content)."""
+    body = assert_error(response, 400, "validation_error")
+    reported = body["details"]["fields"]
+    assert isinstance(reported, dict) and reported, body
+    if fields:
+        roots = {name if name in fields else re.split(r"[.\[]", name)[0] for name in reported}
+        assert roots & set(fields), body["details"]
+    return body
+
+
+# --- HTTP shortcuts -------------------------------------------------------------------------------------------------
+
+
+def create(client, **body: Any) -> dict:
+    response = client.post(CONVERSATIONS, body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def append(client, conversation_id: Any, text: str = "hello", *, role: str = "USER", **extra: Any):
+    body = {"content": history(text, role), **extra}
+    return client.post(conv_path(conversation_id, "entries"), body, format="json")
+
+
+def append_ok(client, conversation_id: Any, text: str = "hello", **extra: Any) -> dict:
+    response = append(client, conversation_id, text, **extra)
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def add_member(client, conversation_id: Any, user_id: str, level: str) -> dict:
+    response = client.post(
+        conv_path(conversation_id, "memberships"), {"userId": user_id, "accessLevel": level}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def start_transfer(client, conversation_id: Any, new_owner: str):
+    return client.post(TRANSFERS, {"conversationId": str(conversation_id), "newOwnerUserId": new_owner}, format="json")
+
+
+def page(client, path: str, **params: Any) -> dict:
+    response = client.get(url(path, **params))
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert set(body) == {"data", "afterCursor"}, body
+    return body
+
+
+def all_pages(client, path: str, *, key: Callable[[dict], Any] = lambda item: item["id"], limit: int | None = None,
+              max_pages: int = 10_000, **params: Any) -> list[dict]:
+    """Every item of a list, following afterCursor; fails on a repeated item or a page longer than ``limit``."""
+    items: list[dict] = []
+    seen: set[Any] = set()
+    cursor = params.pop("afterCursor", None)
+    for _ in range(max_pages):
+        body = page(client, path, limit=limit, afterCursor=cursor, **params)
+        if limit is not None:
+            assert len(body["data"]) <= limit
+        for item in body["data"]:
+            assert key(item) not in seen, f"{key(item)} returned twice"
+            seen.add(key(item))
+            items.append(item)
+        cursor = body["afterCursor"]
+        if cursor is None:
+            return items
+        assert body["data"], "a non-final page must not be empty"
+    raise AssertionError("pagination did not end")
+
+
+def ids(items: Sequence[dict], key: str = "id") -> list[str]:
+    return [item[key] for item in items]
+
+
+# --- The database, read directly ------------------------------------------------------------------------------------
+
+
+def sql(statement: str, params: Sequence[Any] = ()) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, list(params))
+        return cursor.fetchall() if cursor.description else []
+
+
+def count(table: str, where: str = "TRUE", params: Sequence[Any] = ()) -> int:
+    return sql(f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0]
+
+
+def snapshot() -> dict[str, Any]:
+    """Everything the conversation half stores, to show that a refused call wrote nothing."""
+    return {
+        "conversations": sql(
+            "SELECT id, root_id, owner_user_id, title, metadata::text, updated_at, deleted_at FROM conversations "
+            "ORDER BY id"
+        ),
+        "entries": [
+            (row[0], row[1], hashlib.sha256(bytes(row[2])).hexdigest())
+            for row in sql("SELECT id, conversation_id, content FROM conversation_entries ORDER BY id")
+        ],
+        "memberships": sql(
+            "SELECT root_id, user_id, access_level FROM conversation_memberships ORDER BY root_id, user_id"
+        ),
+        "transfers": sql(
+            "SELECT id, root_id, from_user_id, to_user_id FROM conversation_ownership_transfers ORDER BY id"
+        ),
+    }
+
+
+def levels(conversation_id: Any) -> dict[str, str]:
+    """user -> access level of the conversation's fork tree, from the table."""
+    rows = sql(
+        "SELECT m.user_id, m.access_level FROM conversations c "
+        "JOIN conversation_memberships m ON m.root_id = c.root_id WHERE c.id = %s",
+        [str(conversation_id)],
+    )
+    return dict(rows)
+
+
+# --- A shared conversation with one member per level ----------------------------------------------------------------
+
+
+@dataclass
+class Shared:
+    """A conversation owned by OWNER with MANAGER, WRITER and READER members (plus ``extra`` members)."""
+
+    id: str
+    clients: dict[str, Any]
+    entries: list[dict] = field(default_factory=list)
+
+    def __getitem__(self, actor: str):
+        return self.clients[actor]
+
+
+def make_client_factory(client_for) -> Callable[[str], Any]:
+    from rest_framework.test import APIClient
+
+    def client(actor: str):
+        if actor == "anonymous":
+            return APIClient()
+        return client_for(actor, roles=ROLES.get(actor))
+
+    return client
+
+
+@pytest.fixture
+def actor_client(client_for) -> Callable[[str], Any]:
+    """``actor_client(name)``: an authenticated client for a matrix actor (``"anonymous"``: no credentials)."""
+    return make_client_factory(client_for)
+
+
+@pytest.fixture
+def shared(actor_client) -> Shared:
+    owner = actor_client(OWNER)
+    conversation = create(owner, title="Shared plans")
+    for user, level in ((MANAGER, "manager"), (WRITER, "writer"), (READER, "reader")):
+        add_member(owner, conversation["id"], user, level)
+    result = Shared(conversation["id"], {})
+    result.entries.append(append_ok(owner, conversation["id"], "first words"))
+    result.entries.append(append_ok(actor_client(WRITER), conversation["id"], "second words", role="AI"))
+    for actor in (OWNER, MANAGER, WRITER, READER, NON_MEMBER, ADMIN_USER, AUDITOR_USER, "anonymous"):
+        result.clients[actor] = actor_client(actor)
+    return result
+
+
+# --- Real concurrent clients against the live server ----------------------------------------------------------------
+
+
+class Http:
+    """A requests session for one user against the live server (its own connection, like a real client)."""
+
+    def __init__(self, base_url: str, token: str | None, api_key: str | None = None) -> None:
+        self.base_url = base_url
+        self.session = requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        if api_key:
+            self.session.headers["X-API-Key"] = api_key
+
+    def request(self, method: str, path: str, json: Any = None) -> requests.Response:
+        return self.session.request(method, self.base_url + path, json=json, timeout=60)
+
+    def get(self, path: str) -> requests.Response:
+        return self.request("GET", path)
+
+    def post(self, path: str, json: Any = None) -> requests.Response:
+        return self.request("POST", path, json)
+
+    def patch(self, path: str, json: Any = None) -> requests.Response:
+        return self.request("PATCH", path, json)
+
+    def delete(self, path: str) -> requests.Response:
+        return self.request("DELETE", path)
+
+
+@pytest.fixture
+def http(live_server, mint_token) -> Iterator[Callable[..., Http]]:
+    """``http(user, roles=None)``: a real HTTP client of the live server for ``user``."""
+
+    made: list[Http] = []
+
+    def make(user: str | None, roles: Sequence[str] | None = None, api_key: str | None = None) -> Http:
+        token = mint_token(user, roles=roles or ROLES.get(user)) if user else None
+        made.append(Http(live_server.url, token, api_key))
+        return made[-1]
+
+    yield make
+    # A live-server thread serves one keep-alive HTTP connection and closes its database connection when that
+    # connection closes: close every client, then wait for the server side, so the table flush after this test
+    # and the drop of the test database at the end never find a session still open.
+    for client in made:
+        client.session.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        others = sql("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid <> pg_backend_pid()")[0][0]
+        if not others:
+            break
+        time.sleep(0.05)
+
+
+def run_concurrently(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run every call at once (released together by a barrier) on its own thread; results in call order. Each
+    thread closes its Django connections so nothing leaks into the test database teardown."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call: Callable[[], Any]) -> Any:
+        try:
+            barrier.wait(timeout=60)
+            return call()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def statuses(responses: Sequence[requests.Response]) -> list[int]:
+    return sorted(response.status_code for response in responses)
+
+
+def assert_no_5xx(responses: Sequence[requests.Response]) -> None:
+    bad = [(r.status_code, r.text[:300]) for r in responses if r.status_code >= 500]
+    assert not bad, bad
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
