@@ -260,7 +260,6 @@ class SignedDownloadView(APIView):
         summary="Download through a signed URL",
         description="No Authorization: the signed, time-limited token authorizes the call (403 when it is invalid, "
         "tampered with or expired; 404 when the file is gone). The filename segment is cosmetic.",
-        auth=[],
         parameters=[
             OpenApiParameter("token", str, OpenApiParameter.PATH),
             OpenApiParameter("filename", str, OpenApiParameter.PATH),
