@@ -173,8 +173,7 @@ def test_active_types_are_downloads(client_for, content_type, disposition):
 def test_filename_and_content_type_are_sanitised(client_for):
     bob = client_for("bob")
     meta = upload_ok(bob, b"x", filename='../../etc/pa"ss\x07wd', content_type="not a type")
-    assert meta["filename"] == "pass" + "wd" or "/" not in meta["filename"]
-    assert '"' not in meta["filename"] and "\x07" not in meta["filename"]
+    assert meta["filename"] == "passwd"  # no directories, quotes or control characters
     assert meta["contentType"] == "application/octet-stream"
     unicode_name = upload_ok(bob, b"x", filename="résumé 2024.pdf", content_type="application/pdf")
     response = bob.get(unicode_name["href"])
