@@ -53,7 +53,7 @@ ACTIVE_TYPES = frozenset(
 # limit plus this is refused before a byte is read; anything smaller is counted while streaming.
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 
-_ID_PARAM = OpenApiParameter("id", str, OpenApiParameter.PATH, description="Attachment id (UUID)")
+_ID_PARAM = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Attachment id")
 _FILE_RESPONSE = OpenApiResponse(OpenApiTypes.BINARY, description="The file, streamed, with ETag = its sha256")
 
 
