@@ -22,7 +22,7 @@ from django.core.files.storage import FileSystemStorage, Storage
 
 logger = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES = 256 * 1024
+READ_CHUNK_BYTES = 1024 * 1024  # a multiple of nothing in particular: the opener reassembles chunks
 
 
 class BlobMissing(Exception):
