@@ -12,3 +12,6 @@ class AttachmentsConfig(AppConfig):
         signals.entry_appending.connect(
             receivers.link_entry_attachments, dispatch_uid="apps.attachments.link_entry_attachments"
         )
+        signals.conversation_deleting.connect(
+            receivers.unlink_deleted_conversations, dispatch_uid="apps.attachments.unlink_deleted_conversations"
+        )

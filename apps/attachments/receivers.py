@@ -29,3 +29,9 @@ def link_entry_attachments(sender: Any, *, principal, conversation_id: str, entr
     ids = attachment_ids(content)
     if ids:
         services.link_to_entry(principal, conversation_id=conversation_id, entry_id=entry_id, attachment_ids=ids)
+
+
+def unlink_deleted_conversations(sender: Any, *, conversation_ids: list[str], **_: Any) -> None:
+    """Entries of deleted conversations no longer reference anything: their readers lose access through them, and
+    an attachment left unreferenced expires again (removed by the sweep once its expiresAt has passed)."""
+    services.unlink_conversations(conversation_ids)

@@ -187,3 +187,9 @@ def remove_expired(batch_size: int | None = None) -> int:
         removed += len(names)
         if len(names) < batch_size:
             return removed
+
+
+def unlink_conversations(conversation_ids: list[str]) -> int:
+    """Drop the links of conversations being deleted (inside the deleting transaction)."""
+    deleted, _ = AttachmentLink.objects.filter(conversation_id__in=conversation_ids).delete()
+    return deleted

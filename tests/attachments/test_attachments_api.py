@@ -465,6 +465,25 @@ def test_linked_attachment_no_longer_expires(client_for, attachment_dir):
 
 
 @pytest.mark.django_db
+def test_deleting_the_conversation_drops_its_links(client_for, attachment_dir, django_capture_on_commit_callbacks):
+    bob, charlie = client_for("bob"), client_for("charlie")
+    meta = upload_ok(bob, b"shared once")
+    conversation_id = str(uuid.uuid4())
+    assert _append(bob, conversation_id, {"role": "USER", "attachmentId": meta["id"]}).status_code == 201
+    grant = {"userId": "charlie", "accessLevel": "reader"}
+    assert bob.post(f"/v1/conversations/{conversation_id}/memberships", grant, format="json").status_code == 201
+    assert body_of(charlie.get(meta["href"])) == b"shared once"
+    assert bob.delete(f"/v1/conversations/{conversation_id}").status_code == 204
+    assert not AttachmentLink.objects.exists()
+    assert_error(charlie.get(meta["href"]), 403, "forbidden")
+    assert body_of(bob.get(meta["href"])) == b"shared once"  # still the uploader's until it expires
+    Attachment.objects.filter(id=meta["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert remove_expired_attachments() == 1
+    assert blobs(attachment_dir) == []
+
+
+@pytest.mark.django_db
 def test_only_the_uploader_may_link(client_for):
     bob, charlie = client_for("bob"), client_for("charlie")
     meta = upload_ok(bob, b"bob's")
