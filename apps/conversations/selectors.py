@@ -405,13 +405,13 @@ def admin_list_entries(conversation_id: UUID, *, channel: str | None, cursor: st
     return _entries_page(vis, channel_sql, channel_params, cursor, limit)
 
 
-def entry_visible(principal: Principal, vis: Visibility, entry_id: UUID) -> bool:
-    """Whether ``entry_id`` is an entry ``principal`` sees in the conversation ``vis`` describes (a fork point)."""
+def history_entry_visible(vis: Visibility, entry_id: UUID) -> bool:
+    """Whether ``entry_id`` is a history entry of the conversation ``vis`` describes (a valid fork point: forks
+    branch the shared history; context entries are private to one client)."""
     visible_sql, params = _visible_where(vis)
-    channel_sql, channel_params = _channel_where(None, principal.client_id, admin=False)
     with connection.cursor() as db:
         db.execute(
-            f"SELECT 1 FROM conversation_entries e WHERE e.id = %s AND {visible_sql} AND {channel_sql}",  # noqa: S608
-            [entry_id, *params, *channel_params],
+            f"SELECT 1 FROM conversation_entries e WHERE e.id = %s AND {visible_sql} AND e.channel = 'history'",  # noqa: S608
+            [entry_id, *params],
         )
         return db.fetchone() is not None

@@ -52,8 +52,19 @@ def create_conversation(
             raise errors.conflict("A conversation with this id already exists.")
         access.grant_owner(str(conversation_id), principal.user_id, now)
         _publish_created(conversation_id, principal.user_id)
-    row, level = selectors.load_with_level(principal, conversation_id, AccessLevel.READER)
-    return selectors.conversation_full(row, level)
+    row = selectors.ConversationRow(
+        id=conversation_id,
+        title=title or "",
+        owner_user_id=principal.user_id,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata or {},
+        forked_at_conversation_id=None,
+        forked_at_entry_id=None,
+        deleted_at=None,
+        root_id=conversation_id,
+    )
+    return selectors.conversation_full(row, AccessLevel.OWNER)
 
 
 def _insert_conversation(
@@ -292,16 +303,24 @@ def _create_for_append(
             _publish_created(conversation_id, principal.user_id)
         return
     parent_id, entry_id = fork
-    vis = selectors.visibility(principal.user_id, parent_id)
+    # Lock the tree's root first, as every tree-wide write does: a delete of the parent (or of the tree) either
+    # finished before (we see it deleted) or waits until the fork exists (and deletes it with its parent).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT r.id, r.owner_user_id FROM conversations c JOIN conversations r ON r.id = c.root_id "
+            "WHERE c.id = %s FOR UPDATE OF r",
+            [parent_id],
+        )
+        tree = cursor.fetchone()
+    vis = selectors.visibility(principal.user_id, parent_id) if tree else None
     if vis is None or vis.deleted:
+        # The parent is a reference in the body, not the addressed resource: a validation error of that field.
         raise errors.validation_error({"forkedAtConversationId": "no such conversation"})
     if not at_least(vis.level, AccessLevel.WRITER):
         raise errors.forbidden("Forking needs write access to the parent conversation.")
-    if not selectors.entry_visible(principal, vis, entry_id):
-        raise errors.validation_error({"forkedAtEntryId": "not an entry of the parent conversation"})
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT root_id, owner_user_id FROM conversations WHERE id = %s", [parent_id])
-        root_id, owner_user_id = cursor.fetchone()
+    if not selectors.history_entry_visible(vis, entry_id):
+        raise errors.validation_error({"forkedAtEntryId": "not a history entry of the parent conversation"})
+    root_id, owner_user_id = tree
     # A fork joins its parent's tree: same members, same primary owner (memberships belong to the tree, D5).
     if _insert_conversation(
         conversation_id,
