@@ -46,7 +46,7 @@ class StoredFile(UploadedFile):
 
 
 class AttachmentUploadHandler(FileUploadHandler):
-    chunk_size = 256 * 1024  # the pieces the parser reads; each is sealed into 64 KiB chunks
+    chunk_size = 256 * 1024  # the pieces the parser hands over (one sealed chunk each, apps.core.crypto)
 
     def __init__(self, principal: Principal, request: Any = None) -> None:
         super().__init__(request)

@@ -93,7 +93,7 @@ def _etag_matches(header: str | None, sha256: str) -> bool:
 
 
 # Pieces handed to the server are coalesced to about this size: each one crosses from the WSGI thread to the
-# event loop (a2wsgi), which costs far more than joining 64 KiB chunks (measured: bench/attachments.py).
+# event loop (a2wsgi), which costs far more than joining a few chunks (measured: bench/attachments.py).
 RESPONSE_PIECE_BYTES = 1024 * 1024
 
 

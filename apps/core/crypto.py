@@ -254,7 +254,9 @@ def encrypted_fields() -> list[EncryptedField]:
 # --- Chunked streams (format version 2) -------------------------------------------------------------------------
 
 FORMAT_STREAM = 2
-STREAM_CHUNK_BYTES = 64 * 1024  # plaintext per chunk: large enough that per-chunk overhead is noise, small in memory
+# Plaintext per chunk. Each AES-GCM call has a fixed cost (context set-up): measured here, 64 KiB chunks seal at
+# 484 MB/s, 256 KiB at 690, 1 MiB at 708. 256 KiB keeps most of that and little in memory per stream.
+STREAM_CHUNK_BYTES = 256 * 1024
 _MAX_STREAM_CHUNK_BYTES = 16 * 1024 * 1024
 
 
