@@ -166,11 +166,16 @@ def list_conversations(
     if mode == "roots":
         where.append("c.id = c.root_id")
     elif mode == "latest-fork":
-        # One conversation per fork tree: the most recently updated live one.
-        where.append(
-            "NOT EXISTS (SELECT 1 FROM conversations n WHERE n.root_id = c.root_id AND n.deleted_at IS NULL "
-            "AND (n.updated_at, n.id) > (c.updated_at, c.id))"
+        # One conversation per fork tree: the most recently updated live one (among those whose title matches,
+        # when there is a query: a newer fork with another title does not hide the tree from a search).
+        newer = (
+            "SELECT 1 FROM conversations n WHERE n.root_id = c.root_id AND n.deleted_at IS NULL "
+            "AND (n.updated_at, n.id) > (c.updated_at, c.id)"
         )
+        if query:
+            newer += " AND strpos(lower(n.title), lower(%s)) > 0"
+            params.append(query)
+        where.append(f"NOT EXISTS ({newer})")
     if query:
         where.append("strpos(lower(c.title), lower(%s)) > 0")
         params.append(query)

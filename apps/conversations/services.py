@@ -171,21 +171,14 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
     """Soft-deletes the conversation and every fork below it (the whole tree when it is the root); the tree's
     memberships and pending transfers go with the root (apps.sharing's signal handler, same transaction)."""
     with transaction.atomic():
-        # The root row first, as every tree-wide write does (membership changes, transfers): one lock order.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT c.root_id, c.deleted_at, m.access_level FROM conversations c "
-                "JOIN conversations r ON r.id = c.root_id "
-                "LEFT JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s "
-                "WHERE c.id = %s FOR UPDATE OF r",
-                [principal.user_id, conversation_id],
-            )
-            row = cursor.fetchone()
-        if row is None or row[1] is not None:
+        # The root row first, as every tree-wide write does (membership changes, transfers): one lock order. Of
+        # concurrent deletes, the first wins; the others read the conversation afresh under the lock: 404.
+        tree = access.lock_tree(principal.user_id, str(conversation_id))
+        if tree is None:
             raise errors.not_found("Conversation not found.")
-        if not at_least(row[2], AccessLevel.OWNER):
+        root_id, level, _owner = tree
+        if not at_least(level, AccessLevel.OWNER):
             raise errors.forbidden("Only an owner may delete the conversation.")
-        root_id = row[0]
         whole_tree = root_id == conversation_id
         with connection.cursor() as cursor:
             if whole_tree:

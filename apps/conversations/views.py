@@ -17,8 +17,6 @@ from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_paramet
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
 AFTER_CURSOR = OpenApiParameter("afterCursor", str, description="The previous page's afterCursor")
-
-
 CHANNEL = OpenApiParameter(
     "channel",
     str,

@@ -224,3 +224,16 @@ def test_32_concurrent_fork_creations_of_one_id_make_one_fork(client_for):
         assert cursor.fetchone()[0] == 1
     seen = texts(bob, fork, limit=200)
     assert seen[0] == "p0" and "p1" not in seen and len(seen) == 1 + WRITERS
+
+
+@pytest.mark.django_db
+def test_latest_fork_with_a_query_picks_the_latest_matching_conversation_of_each_tree(client_for):
+    bob = client_for("bob")
+    root = str(uuid.uuid4())
+    first = append(bob, root, entry("Lisbon trip")).json()["id"]
+    append(bob, root, entry("more"))
+    fork = str(uuid.uuid4())
+    append(bob, fork, {**entry("Porto instead"), "forkedAtConversationId": root, "forkedAtEntryId": first})
+    assert [c["id"] for c in bob.get(CONVERSATIONS).json()["data"]] == [fork]
+    assert [c["id"] for c in bob.get(CONVERSATIONS, {"query": "lisbon"}).json()["data"]] == [root]
+    assert [c["id"] for c in bob.get(CONVERSATIONS, {"query": "PORTO"}).json()["data"]] == [fork]
