@@ -19,6 +19,7 @@ urlpatterns = [
     path("v1/", include("apps.memories.urls")),
     path("v1/", include("apps.conversations.urls")),
     path("v1/", include("apps.sharing.urls")),
+    path("v1/", include("apps.attachments.urls")),
     # Last: every unknown path is a JSON 404, with DEBUG on or off.
     re_path(r"^", core_views.handler404, name="unmatched"),
 ]

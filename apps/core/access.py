@@ -153,3 +153,18 @@ def tree_level(user_id: str, conversation_id: str) -> tuple[str, str | None] | N
         )
         row = cursor.fetchone()
     return None if row is None else (row[0], row[1])
+
+
+def reads_any(user_id: str, conversation_ids: list[str]) -> bool:
+    """True when ``user_id`` may read at least one of the (live) conversations: a reader or above of its tree.
+    Attachments use it: an attachment referenced by an entry is readable by that conversation's readers (D7)."""
+    if not conversation_ids:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM conversations c "
+            "JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s "
+            "WHERE c.id = ANY(%s::uuid[]) AND c.deleted_at IS NULL)",
+            [user_id, [str(conversation_id) for conversation_id in conversation_ids]],
+        )
+        return bool(cursor.fetchone()[0])

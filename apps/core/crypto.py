@@ -8,8 +8,18 @@ Envelope, format version 1 (all lengths in bytes)::
 The header (magic .. kid) travels in clear so the key ring can pick the key and ``rotate_encryption_key`` can find
 rows not yet under the primary key without decrypting. Associated data = header + purpose + row id (each
 length-prefixed), so the header cannot be edited and a ciphertext moved to another row or column does not open.
-A later format (e.g. chunked streams for attachments) gets a new version byte; readers reject versions they do
-not know instead of guessing.
+Readers reject versions they do not know instead of guessing.
+
+Chunked stream, format version 2 (attachments: files too large to seal as one envelope)::
+
+    magic "MS" (2) | version 0x02 (1) | kid length n (1) | kid (n) | chunk size (4, big-endian)
+    then per chunk: nonce (12) | AES-256-GCM ciphertext (chunk size bytes; the final chunk 0..chunk size) + tag (16)
+
+Every chunk is sealed on its own (so a stream is encrypted and decrypted in bounded memory), with associated data =
+header + purpose + row id + chunk index (8) + final flag (1). Reordered or swapped chunks fail (index), a stream cut
+at a chunk boundary fails (its last chunk was not sealed as final), bytes appended after the final chunk fail (that
+chunk is then opened as non-final), and a stream moved to another row fails (row id). An empty plaintext is one
+empty final chunk, so even a stream cut to its header does not open.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import os
 import re
 import struct
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,3 +249,205 @@ def unregister_encrypted_field(model_label: str, field: str) -> None:
 
 def encrypted_fields() -> list[EncryptedField]:
     return list(_registry.values())
+
+
+# --- Chunked streams (format version 2) -------------------------------------------------------------------------
+
+FORMAT_STREAM = 2
+# Plaintext per chunk. Each AES-GCM call has a fixed cost (context set-up): measured here, 64 KiB chunks seal at
+# 484 MB/s, 256 KiB at 690, 1 MiB at 708. 256 KiB keeps most of that and little in memory per stream.
+STREAM_CHUNK_BYTES = 256 * 1024
+_MAX_STREAM_CHUNK_BYTES = 16 * 1024 * 1024
+
+
+def _stream_header(kid: str, chunk_size: int) -> bytes:
+    encoded = kid.encode("ascii")
+    return MAGIC + bytes((FORMAT_STREAM, len(encoded))) + encoded + struct.pack(">I", chunk_size)
+
+
+def _chunk_aad(prefix: bytes, index: int, final: bool) -> bytes:
+    return prefix + struct.pack(">QB", index, 1 if final else 0)
+
+
+def stream_overhead(plaintext_size: int, *, chunk_size: int = STREAM_CHUNK_BYTES, kid: str | None = None) -> int:
+    """Bytes a sealed stream adds to ``plaintext_size`` (header plus nonce and tag per chunk)."""
+    kid = kid if kid is not None else primary_key_id()
+    chunks = max(1, -(-plaintext_size // chunk_size))
+    return len(_stream_header(kid, chunk_size)) + chunks * (NONCE_BYTES + TAG_BYTES)
+
+
+class StreamSealer:
+    """Encrypts a stream of any length in fixed-size chunks under the primary key, bound to ``purpose`` and
+    ``row_id``. ``update`` returns the sealed pieces ready so far (the header first), ``finish`` the last ones;
+    memory stays within one chunk whatever the stream's size, and input is sliced, not copied, where it can be."""
+
+    def __init__(self, *, purpose: str, row_id: str, chunk_size: int = STREAM_CHUNK_BYTES) -> None:
+        if not 1 <= chunk_size <= _MAX_STREAM_CHUNK_BYTES:
+            raise ValueError("chunk_size out of range")
+        ring = keyring()
+        self._key = ring.keys[ring.primary]
+        self.key_id = ring.primary
+        self.chunk_size = chunk_size
+        self._header = _stream_header(ring.primary, chunk_size)
+        self._prefix = _aad(self._header, purpose, str(row_id))
+        self._pending = bytearray()
+        self._index = 0
+        self._started = False
+        self._finished = False
+
+    def _seal(self, data, final: bool) -> bytes:
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._key.encrypt(nonce, data, _chunk_aad(self._prefix, self._index, final))
+        self._index += 1
+        return nonce + sealed
+
+    def update(self, data: bytes) -> list[bytes]:
+        if self._finished:
+            raise ValueError("stream already finished")
+        out: list[bytes] = []
+        if not self._started:
+            out.append(self._header)
+            self._started = True
+        view = memoryview(data)
+        size = self.chunk_size
+        # A chunk is sealed as non-final only once a byte after it has arrived: only then is it known not to be
+        # the last one.
+        if self._pending:
+            take = min(size - len(self._pending), len(view))
+            self._pending += view[:take]
+            view = view[take:]
+            if not view:
+                return out
+            out.append(self._seal(bytes(self._pending), final=False))
+            self._pending = bytearray()
+        while len(view) > size:
+            out.append(self._seal(view[:size], final=False))
+            view = view[size:]
+        self._pending = bytearray(view)
+        return out
+
+    def finish(self) -> list[bytes]:
+        out = self.update(b"")
+        self._finished = True
+        out.append(self._seal(bytes(self._pending), final=True))
+        self._pending = bytearray()
+        return out
+
+
+class StreamOpener:
+    """Decrypts a stream sealed by ``StreamSealer`` for the same purpose and row id, fed in pieces of any size.
+    ``update`` returns the plaintext chunks authenticated so far; ``finish`` opens the final chunk (and so checks the
+    stream was not cut short). Any failure is a DecryptionError; no plaintext leaves before its chunk authenticated."""
+
+    def __init__(self, *, purpose: str, row_id: str) -> None:
+        self._purpose = purpose
+        self._row_id = str(row_id)
+        self._pending = bytearray()
+        self._key: AESGCM | None = None
+        self._prefix = b""
+        self._sealed_chunk = 0
+        self._index = 0
+        self._finished = False
+        self.key_id: str | None = None
+
+    def _parse_header(self) -> bool:
+        buffer = self._pending
+        if len(buffer) < 4:
+            return False
+        if buffer[:2] != MAGIC:
+            raise DecryptionError("not an encrypted stream")
+        if buffer[2] != FORMAT_STREAM:
+            raise DecryptionError(f"unsupported stream version {buffer[2]}")
+        kid_len = buffer[3]
+        end = 4 + kid_len + 4
+        if len(buffer) < end:
+            return False
+        if kid_len == 0:
+            raise DecryptionError("malformed key id in stream")
+        try:
+            kid = bytes(buffer[4 : 4 + kid_len]).decode("ascii")
+        except UnicodeDecodeError:
+            raise DecryptionError("malformed key id in stream") from None
+        (chunk_size,) = struct.unpack(">I", buffer[4 + kid_len : end])
+        if not 1 <= chunk_size <= _MAX_STREAM_CHUNK_BYTES:
+            raise DecryptionError("malformed chunk size in stream")
+        header = bytes(buffer[:end])
+        self._key = keyring().key(kid)
+        self.key_id = kid
+        self._prefix = _aad(header, self._purpose, self._row_id)
+        self._sealed_chunk = NONCE_BYTES + chunk_size + TAG_BYTES
+        del buffer[:end]
+        return True
+
+    def _open(self, sealed, final: bool) -> bytes:
+        assert self._key is not None
+        try:
+            plain = self._key.decrypt(
+                sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], _chunk_aad(self._prefix, self._index, final)
+            )
+        except InvalidTag:
+            raise DecryptionError(
+                f"stream chunk {self._index} does not authenticate: tampered, reordered, truncated or another row's"
+            ) from None
+        self._index += 1
+        return plain
+
+    def update(self, data: bytes) -> list[bytes]:
+        if self._finished:
+            raise DecryptionError("data after the end of the stream")
+        view = memoryview(data)
+        if self._key is None:
+            self._pending += view
+            if not self._parse_header():
+                return []
+            view = memoryview(bytes(self._pending))
+            self._pending = bytearray()
+        out: list[bytes] = []
+        size = self._sealed_chunk
+        if self._pending:
+            take = min(size - len(self._pending), len(view))
+            self._pending += view[:take]
+            view = view[take:]
+            if not view:
+                return out
+            out.append(self._open(bytes(self._pending), final=False))
+            self._pending = bytearray()
+        while len(view) > size:
+            out.append(self._open(view[:size], final=False))
+            view = view[size:]
+        self._pending = bytearray(view)
+        return out
+
+    def finish(self) -> list[bytes]:
+        if self._finished:
+            return []
+        self._finished = True
+        if self._key is None:
+            raise DecryptionError("truncated stream header")
+        if len(self._pending) < NONCE_BYTES + TAG_BYTES:
+            raise DecryptionError("truncated stream: the final chunk is missing")
+        plain = self._open(bytes(self._pending), final=True)
+        self._pending = bytearray()
+        return [plain]
+
+
+def seal_stream(pieces: Iterable[bytes], *, purpose: str, row_id: str, chunk_size: int = STREAM_CHUNK_BYTES) -> Iterator[bytes]:
+    """The sealed stream of ``pieces``, piece by piece (tests, tools)."""
+    sealer = StreamSealer(purpose=purpose, row_id=row_id, chunk_size=chunk_size)
+    for piece in pieces:
+        yield from sealer.update(piece)
+    yield from sealer.finish()
+
+
+def open_stream(pieces: Iterable[bytes], *, purpose: str, row_id: str) -> Iterator[bytes]:
+    """Plaintext of a sealed stream, chunk by chunk as each authenticates; raises DecryptionError (possibly after
+    yielding earlier chunks) when the stream was tampered with, reordered, truncated or bound to another row."""
+    opener = StreamOpener(purpose=purpose, row_id=row_id)
+    for piece in pieces:
+        yield from opener.update(piece)
+    yield from opener.finish()
+
+
+def is_sealed_stream(prefix: bytes) -> bool:
+    """Whether bytes start like a v2 stream (the storage layer uses it to tell encrypted blobs from plain ones)."""
+    return len(prefix) >= 3 and prefix[:2] == MAGIC and prefix[2] == FORMAT_STREAM

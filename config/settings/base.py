@@ -313,3 +313,32 @@ CONVERSATION_ENTRY_MAX_ITEMS = env_int("CONVERSATION_ENTRY_MAX_ITEMS", 1000)
 CONVERSATION_INDEXED_CONTENT_MAX_BYTES = env_int("CONVERSATION_INDEXED_CONTENT_MAX_BYTES", 65536)
 # A conversation's metadata object, serialized as JSON: larger is 400.
 CONVERSATION_METADATA_MAX_BYTES = env_int("CONVERSATION_METADATA_MAX_BYTES", 65536)
+
+# --- Attachments (D7) -------------------------------------------------------------------------------------------
+ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024)  # larger uploads: 413, checked while streaming
+ATTACHMENT_DEFAULT_EXPIRES_IN = env_int("ATTACHMENT_DEFAULT_EXPIRES_IN", 3600)  # seconds, when expiresIn is absent
+ATTACHMENT_MAX_EXPIRES_IN = env_int("ATTACHMENT_MAX_EXPIRES_IN", 24 * 3600)
+ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN = env_int("ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN", 300)  # signed download lifetime
+# Encrypt blobs at rest (apps.core.crypto chunked streams under MEMORY_ENCRYPTION_KEYS). Off only when the object
+# store encrypts instead and ATTACHMENT_S3_DIRECT_DOWNLOAD should hand out presigned URLs.
+ATTACHMENT_ENCRYPTION = env_bool("ATTACHMENT_ENCRYPTION", True)
+ATTACHMENT_STORAGE = env_str("ATTACHMENT_STORAGE", "filesystem")  # filesystem | s3
+ATTACHMENT_DIR = env_str("ATTACHMENT_DIR", str(DATA_DIR / "attachments"))
+ATTACHMENT_S3_BUCKET = env_str("ATTACHMENT_S3_BUCKET", "")
+ATTACHMENT_S3_PREFIX = env_str("ATTACHMENT_S3_PREFIX", "attachments")
+ATTACHMENT_S3_ENDPOINT_URL = env_str("ATTACHMENT_S3_ENDPOINT_URL", "")  # MinIO, Ceph, a local S3; empty = AWS
+ATTACHMENT_S3_REGION = env_str("ATTACHMENT_S3_REGION", "")
+ATTACHMENT_S3_ACCESS_KEY_ID = env_str("ATTACHMENT_S3_ACCESS_KEY_ID", "")  # empty = boto3's default credential chain
+ATTACHMENT_S3_SECRET_ACCESS_KEY = env_str("ATTACHMENT_S3_SECRET_ACCESS_KEY", "")
+ATTACHMENT_S3_ADDRESSING_STYLE = env_str("ATTACHMENT_S3_ADDRESSING_STYLE", "")  # path | virtual | empty = auto
+ATTACHMENT_S3_DIRECT_DOWNLOAD = env_bool("ATTACHMENT_S3_DIRECT_DOWNLOAD", False)  # 302 to a presigned URL
+# HMAC key of signed download tokens; empty = derived from SECRET_KEY (rotating either invalidates open links).
+ATTACHMENT_SIGNING_KEY = env_str("ATTACHMENT_SIGNING_KEY", "")
+ATTACHMENT_EXPIRY_INTERVAL = env_int("ATTACHMENT_EXPIRY_INTERVAL", 60)
+ATTACHMENT_EXPIRY_BATCH_SIZE = env_int("ATTACHMENT_EXPIRY_BATCH_SIZE", 200)
+# An upload not finished within this long (a crashed process) is removed by the expiry task with its partial blob.
+ATTACHMENT_UPLOAD_TIMEOUT_SECONDS = env_int("ATTACHMENT_UPLOAD_TIMEOUT_SECONDS", 3600)
+CELERY_BEAT_SCHEDULE["attachments-expire"] = {
+    "task": "apps.attachments.tasks.remove_expired_attachments",
+    "schedule": float(ATTACHMENT_EXPIRY_INTERVAL),
+}

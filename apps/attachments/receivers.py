@@ -1,0 +1,37 @@
+"""Takes part in the conversations app's entry append (apps.core.signals.entry_appending) without importing it:
+content items carrying ``attachmentId`` link the attachment to the entry, inside the append's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from apps.attachments import services
+from apps.core import errors
+
+
+def attachment_ids(content: Any) -> list[uuid.UUID]:
+    ids: list[uuid.UUID] = []
+    if not isinstance(content, list):
+        return ids
+    for position, item in enumerate(content):
+        if not isinstance(item, dict) or "attachmentId" not in item:
+            continue
+        value = item["attachmentId"]
+        try:
+            ids.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+        except (ValueError, TypeError):
+            raise errors.validation_error({f"content[{position}].attachmentId": "must be a UUID"}) from None
+    return ids
+
+
+def link_entry_attachments(sender: Any, *, principal, conversation_id: str, entry_id: str, content: Any, **_: Any) -> None:
+    ids = attachment_ids(content)
+    if ids:
+        services.link_to_entry(principal, conversation_id=conversation_id, entry_id=entry_id, attachment_ids=ids)
+
+
+def unlink_deleted_conversations(sender: Any, *, conversation_ids: list[str], **_: Any) -> None:
+    """Entries of deleted conversations no longer reference anything: their readers lose access through them, and
+    an attachment left unreferenced expires again (removed by the sweep once its expiresAt has passed)."""
+    services.unlink_conversations(conversation_ids)

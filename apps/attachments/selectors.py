@@ -1,0 +1,76 @@
+"""Reads of the attachments app: who may read an attachment (D7), response shapes, the admin list."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
+from apps.core import access, errors, pagination
+from apps.core.auth.principal import Principal
+from apps.core.serializers import isoformat
+
+
+def attachment_response(attachment: Attachment) -> dict[str, Any]:
+    return {
+        "id": str(attachment.id),
+        "href": f"/v1/attachments/{attachment.id}",
+        "contentType": attachment.content_type,
+        "filename": attachment.filename,
+        "size": attachment.size,
+        "sha256": attachment.sha256,
+        "expiresAt": isoformat(attachment.expires_at),
+        "status": attachment.status,
+    }
+
+
+def admin_attachment_response(attachment: Attachment) -> dict[str, Any]:
+    return {**attachment_response(attachment), "userId": attachment.user_id, "createdAt": isoformat(attachment.created_at)}
+
+
+def _visible() -> Q:
+    """Ready, and either not yet expired or referenced by an entry (a referenced attachment no longer expires).
+    An expired one is gone for everyone at once, before the sweep removes it (like memories, D4)."""
+    linked = Exists(AttachmentLink.objects.filter(attachment_id=OuterRef("pk")))
+    return Q(status=AttachmentStatus.READY) & (Q(expires_at__gt=timezone.now()) | Q(linked))
+
+
+def get_visible(attachment_id: uuid.UUID) -> Attachment:
+    attachment = Attachment.objects.filter(_visible(), id=attachment_id).first()
+    if attachment is None:
+        raise errors.not_found("Attachment not found.")
+    return attachment
+
+
+def readable_attachment(principal: Principal, attachment_id: uuid.UUID) -> Attachment:
+    """The attachment if ``principal`` may read it: its uploader, an admin or auditor, or a reader of a conversation
+    with an entry referencing it. 404 when it does not exist (or expired), 403 when it exists for someone else."""
+    attachment = get_visible(attachment_id)
+    if attachment.user_id == principal.user_id or principal.is_auditor:
+        return attachment
+    conversation_ids = list(
+        AttachmentLink.objects.filter(attachment_id=attachment.id).values_list("conversation_id", flat=True).distinct()
+    )
+    if access.reads_any(principal.user_id, [str(value) for value in conversation_ids]):
+        return attachment
+    raise errors.forbidden("You do not have access to this attachment.")
+
+
+def admin_list(*, user_id: str | None, cursor: str | None, limit: int) -> dict[str, Any]:
+    """Every ready attachment (expired ones awaiting the sweep included), newest first."""
+    queryset = Attachment.objects.filter(status=AttachmentStatus.READY)
+    if user_id is not None:
+        queryset = queryset.filter(user_id=user_id)
+    page = pagination.keyset_page(
+        queryset,
+        sort_field="created_at",
+        limit=limit,
+        cursor=cursor,
+        descending=True,
+        parse_sort_value=datetime.fromisoformat,
+    )
+    return pagination.envelope([admin_attachment_response(item) for item in page.items], page.next_cursor)

@@ -1,0 +1,195 @@
+"""Writes of the attachments app: streamed uploads, deletes, links from conversation entries, the expiry sweep.
+
+Blob and row are kept consistent in one direction: a row always exists while its blob may exist. The row is
+inserted (``uploading``) before the first byte is stored and removed only after the blob is; the blob of a deleted
+row is removed after the deleting transaction commits (a reader that already opened it finishes its download).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.attachments import storage
+from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
+from apps.core import crypto, errors
+from apps.core.auth.principal import Principal
+
+logger = logging.getLogger(__name__)
+
+BLOB_PURPOSE = "attachment.blob"
+
+
+class Upload:
+    """One file being received: counted against ATTACHMENT_MAX_BYTES, hashed (sha256 of the plaintext) and sealed
+    chunk by chunk into storage as it arrives. Fed by apps.attachments.upload.AttachmentUploadHandler."""
+
+    def __init__(self, principal: Principal, *, filename: str, content_type: str) -> None:
+        self.id = uuid.uuid4()
+        self.max_bytes = settings.ATTACHMENT_MAX_BYTES
+        self.size = 0
+        self.digest = hashlib.sha256()
+        self.name = storage.blob_name(self.id)
+        self.encrypted = bool(settings.ATTACHMENT_ENCRYPTION)
+        self._committed = False
+        self._closed = False
+        now = timezone.now()
+        # The row first: from now on the expiry sweep knows a blob of this name may exist.
+        Attachment.objects.create(
+            id=self.id,
+            user_id=principal.user_id,
+            filename=filename,
+            content_type=content_type,
+            storage_name=self.name,
+            encrypted=self.encrypted,
+            status=AttachmentStatus.UPLOADING,
+            created_at=now,
+            expires_at=now + timedelta(seconds=settings.ATTACHMENT_UPLOAD_TIMEOUT_SECONDS),
+        )
+        try:
+            self._writer = storage.open_writer(self.name)
+            self._sealer = crypto.StreamSealer(purpose=BLOB_PURPOSE, row_id=str(self.id)) if self.encrypted else None
+        except BaseException:
+            Attachment.objects.filter(id=self.id).delete()
+            raise
+
+    def write(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.max_bytes:
+            raise errors.payload_too_large(f"The file exceeds the upload limit of {self.max_bytes} bytes.")
+        self.digest.update(data)
+        if self._sealer is None:
+            self._writer.write(data)
+        else:
+            for piece in self._sealer.update(data):
+                self._writer.write(piece)
+
+    def finish(self) -> None:
+        if self._sealer is not None:
+            for piece in self._sealer.finish():
+                self._writer.write(piece)
+        self._closed = True
+        self._writer.commit()
+        self._committed = True
+
+    def abort(self) -> None:
+        """Leave nothing behind: the partial (or complete) blob and the row."""
+        try:
+            if not self._closed:
+                self._closed = True
+                self._writer.abort()
+            if self._committed:
+                storage.delete(self.name)
+        finally:
+            Attachment.objects.filter(id=self.id, status=AttachmentStatus.UPLOADING).delete()
+
+    def complete(self, expires_in: int) -> Attachment:
+        """Mark the stored file ready; it expires ``expires_in`` seconds from now unless an entry references it."""
+        now = timezone.now()
+        updated = Attachment.objects.filter(id=self.id, status=AttachmentStatus.UPLOADING).update(
+            status=AttachmentStatus.READY,
+            size=self.size,
+            sha256=self.digest.hexdigest(),
+            expires_at=now + timedelta(seconds=expires_in),
+        )
+        if not updated:
+            # The sweep removed the row of an upload that outlived ATTACHMENT_UPLOAD_TIMEOUT_SECONDS.
+            storage.delete(self.name)
+            raise errors.ApiError(408, "The upload took too long.", code="upload_timeout")
+        return Attachment.objects.get(id=self.id)
+
+
+def _remove_blob_after_commit(name: str) -> None:
+    def remove() -> None:
+        try:
+            storage.delete(name)
+        except Exception:
+            # The row is gone; a blob left behind costs space, never access. Logged for the operator.
+            logger.exception("attachment blob could not be removed", extra={"blob": name})
+
+    transaction.on_commit(remove)
+
+
+def delete_attachment(principal: Principal, attachment_id: uuid.UUID) -> None:
+    """Uploader or admin (D7). Serialised with links and other deletes by the row lock."""
+    with transaction.atomic():
+        attachment = (
+            Attachment.objects.select_for_update()
+            .filter(id=attachment_id, status=AttachmentStatus.READY)
+            .first()
+        )
+        if attachment is None:
+            raise errors.not_found("Attachment not found.")
+        if attachment.user_id != principal.user_id and not principal.is_admin:
+            raise errors.forbidden("Only the uploader or an admin may delete this attachment.")
+        attachment.delete()  # links cascade
+        _remove_blob_after_commit(attachment.storage_name)
+
+
+def link_to_entry(principal: Principal, *, conversation_id: str, entry_id: str, attachment_ids: list[uuid.UUID]) -> None:
+    """Record that an entry being appended references these attachments (called inside the append transaction).
+
+    Only the uploader may reference an attachment; an unknown, unfinished or expired one is a 400. The rows are
+    locked FOR SHARE so a concurrent delete or expiry sweep (FOR UPDATE) cannot remove them under the new link.
+    """
+    unique = sorted(set(attachment_ids))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT a.id, a.user_id, (a.expires_at > clock_timestamp() "
+            "OR EXISTS (SELECT 1 FROM attachment_links l WHERE l.attachment_id = a.id)) AS live "
+            "FROM attachments a WHERE a.id = ANY(%s::uuid[]) AND a.status = %s ORDER BY a.id FOR SHARE OF a",
+            [[str(value) for value in unique], AttachmentStatus.READY.value],
+        )
+        found = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
+    for attachment_id in unique:
+        owner, live = found.get(attachment_id, (None, False))
+        if owner is None or not live:
+            raise errors.validation_error(
+                {"content.attachmentId": f"unknown attachment {attachment_id}"}, "Unknown attachment."
+            )
+        if owner != principal.user_id:
+            raise errors.forbidden("Only the uploader of an attachment may reference it in an entry.")
+    now = timezone.now()
+    AttachmentLink.objects.bulk_create(
+        [
+            AttachmentLink(attachment_id=value, conversation_id=conversation_id, entry_id=entry_id, created_at=now)
+            for value in unique
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def remove_expired(batch_size: int | None = None) -> int:
+    """Remove expired attachments that no entry references, and uploads abandoned past their deadline, with their
+    blobs. Rows are claimed with SKIP LOCKED (a row being linked or deleted right now is left for the next run)."""
+    batch_size = batch_size or settings.ATTACHMENT_EXPIRY_BATCH_SIZE
+    removed = 0
+    while True:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "DELETE FROM attachments WHERE id IN ("
+                    " SELECT a.id FROM attachments a WHERE a.expires_at <= clock_timestamp()"
+                    " AND NOT EXISTS (SELECT 1 FROM attachment_links l WHERE l.attachment_id = a.id)"
+                    " ORDER BY a.expires_at LIMIT %s FOR UPDATE SKIP LOCKED"
+                    ") RETURNING storage_name",
+                    [batch_size],
+                )
+                names = [row[0] for row in cursor.fetchall()]
+            for name in names:
+                _remove_blob_after_commit(name)
+        removed += len(names)
+        if len(names) < batch_size:
+            return removed
+
+
+def unlink_conversations(conversation_ids: list[str]) -> int:
+    """Drop the links of conversations being deleted (inside the deleting transaction)."""
+    deleted, _ = AttachmentLink.objects.filter(conversation_id__in=conversation_ids).delete()
+    return deleted

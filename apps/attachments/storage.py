@@ -1,0 +1,275 @@
+"""Where attachment blobs live, through Django's storage API: a FileSystemStorage under ATTACHMENT_DIR (the
+embedded default, in the data directory) or django-storages' S3Storage (ATTACHMENT_STORAGE=s3).
+
+The storage API reads and writes whole files; uploads and downloads here are streams of unknown length that must
+never be held in memory, so this module adds the three streaming operations on top of each backend:
+``open_writer`` (incremental write that becomes visible only on ``commit`` and leaves nothing on ``abort``),
+``read_chunks`` and ``presigned_url``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.files.storage import FileSystemStorage, Storage
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES = 1024 * 1024  # a multiple of nothing in particular: the opener reassembles chunks
+
+
+class BlobMissing(Exception):
+    """The blob is not in storage (deleted concurrently, or lost)."""
+
+
+class BlobWriter(Protocol):
+    def write(self, data: bytes) -> None: ...
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+_lock = threading.Lock()
+_cached: tuple[tuple[Any, ...], Storage] | None = None
+
+
+def _config() -> tuple[Any, ...]:
+    return (
+        settings.ATTACHMENT_STORAGE,
+        settings.ATTACHMENT_DIR,
+        settings.ATTACHMENT_S3_BUCKET,
+        settings.ATTACHMENT_S3_PREFIX,
+        settings.ATTACHMENT_S3_ENDPOINT_URL,
+        settings.ATTACHMENT_S3_REGION,
+        settings.ATTACHMENT_S3_ACCESS_KEY_ID,
+        settings.ATTACHMENT_S3_SECRET_ACCESS_KEY,
+        settings.ATTACHMENT_S3_ADDRESSING_STYLE,
+    )
+
+
+def get_storage() -> Storage:
+    """The configured backend, rebuilt when its settings change (tests switch between filesystem and S3)."""
+    global _cached
+    config = _config()
+    cached = _cached
+    if cached is not None and cached[0] == config:
+        return cached[1]
+    kind = settings.ATTACHMENT_STORAGE
+    if kind == "filesystem":
+        storage: Storage = FileSystemStorage(location=settings.ATTACHMENT_DIR, directory_permissions_mode=0o700,
+                                             file_permissions_mode=0o600)
+    elif kind == "s3":
+        storage = _s3_storage()
+    else:
+        raise ImproperlyConfigured(f"ATTACHMENT_STORAGE must be 'filesystem' or 's3', not {kind!r}")
+    with _lock:
+        _cached = (config, storage)
+    return storage
+
+
+def _s3_storage() -> Storage:
+    from storages.backends.s3 import S3Storage
+
+    if not settings.ATTACHMENT_S3_BUCKET:
+        raise ImproperlyConfigured("ATTACHMENT_STORAGE=s3 needs ATTACHMENT_S3_BUCKET")
+    options: dict[str, Any] = {
+        "bucket_name": settings.ATTACHMENT_S3_BUCKET,
+        "location": settings.ATTACHMENT_S3_PREFIX.strip("/"),
+        "file_overwrite": True,  # names are fresh uuids; skip the exists() probe
+        "querystring_auth": True,
+        "signature_version": "s3v4",
+        "default_acl": None,
+    }
+    if settings.ATTACHMENT_S3_ENDPOINT_URL:
+        options["endpoint_url"] = settings.ATTACHMENT_S3_ENDPOINT_URL
+    if settings.ATTACHMENT_S3_REGION:
+        options["region_name"] = settings.ATTACHMENT_S3_REGION
+    if settings.ATTACHMENT_S3_ACCESS_KEY_ID:
+        options["access_key"] = settings.ATTACHMENT_S3_ACCESS_KEY_ID
+        options["secret_key"] = settings.ATTACHMENT_S3_SECRET_ACCESS_KEY
+    if settings.ATTACHMENT_S3_ADDRESSING_STYLE:
+        options["addressing_style"] = settings.ATTACHMENT_S3_ADDRESSING_STYLE
+    return S3Storage(**options)
+
+
+def is_s3(storage: Storage | None = None) -> bool:
+    storage = storage or get_storage()
+    return type(storage).__name__ == "S3Storage"
+
+
+def blob_name(attachment_id: uuid.UUID | str) -> str:
+    """Fan out by the id's first two hex digits so no directory grows without bound."""
+    text = str(attachment_id)
+    return f"{text[:2]}/{text}"
+
+
+# --- Writers ----------------------------------------------------------------------------------------------------
+
+
+class _FileSystemWriter:
+    """Writes ``<name>.part`` and renames it into place on commit: a reader never sees a half-written blob."""
+
+    def __init__(self, storage: FileSystemStorage, name: str) -> None:
+        self.path = storage.path(name)
+        self.part = f"{self.path}.part"
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        self.file = os.fdopen(fd, "wb", buffering=0)
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+
+    def commit(self) -> None:
+        self.file.close()
+        os.replace(self.part, self.path)
+
+    def abort(self) -> None:
+        self.file.close()
+        try:
+            os.unlink(self.part)
+        except FileNotFoundError:
+            pass
+
+
+class _S3Writer:
+    """A multipart upload through django-storages' S3File (parts of AWS_S3_FILE_BUFFER_SIZE, 5 MiB by default);
+    the object exists only once the upload completes on commit, and abort cancels the parts already sent."""
+
+    def __init__(self, storage: Storage, name: str) -> None:
+        self.storage = storage
+        self.name = name
+        self.file = storage.open(name, "wb")
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+
+    def commit(self) -> None:
+        self.file.close()
+
+    def abort(self) -> None:
+        multipart = getattr(self.file, "_multipart", None)
+        try:
+            if multipart is not None:
+                multipart.abort()
+        finally:
+            self.file._multipart = None
+            self.file._is_dirty = False
+            self.file._raw_bytes_written = 1  # do not let close() create an empty object
+            self.file.close()
+
+
+class _SpooledWriter:
+    """Any other storage backend: spool to a temporary file, then one ``save``."""
+
+    def __init__(self, storage: Storage, name: str) -> None:
+        import tempfile
+
+        self.storage = storage
+        self.name = name
+        self.file = tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR)
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+
+    def commit(self) -> None:
+        from django.core.files import File
+
+        self.file.seek(0)
+        self.storage.save(self.name, File(self.file))
+        self.file.close()
+
+    def abort(self) -> None:
+        self.file.close()
+
+
+def open_writer(name: str) -> BlobWriter:
+    storage = get_storage()
+    if isinstance(storage, FileSystemStorage):
+        return _FileSystemWriter(storage, name)
+    if is_s3(storage):
+        return _S3Writer(storage, name)
+    return _SpooledWriter(storage, name)
+
+
+# --- Readers ----------------------------------------------------------------------------------------------------
+
+
+def _s3_object(storage: Any, name: str) -> Any:
+    from storages.utils import clean_name
+
+    return storage.bucket.Object(storage._normalize_name(clean_name(name)))
+
+
+def open_reader(name: str) -> Iterator[bytes]:
+    """The blob's bytes in pieces of about READ_CHUNK_BYTES. Opening happens now (BlobMissing when it is gone), so
+    the caller can still answer 404 before it starts a response."""
+    storage = get_storage()
+    if is_s3(storage):
+        from botocore.exceptions import ClientError
+
+        try:
+            body = _s3_object(storage, name).get()["Body"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                raise BlobMissing(name) from None
+            raise
+        return _iter_s3(body)
+    try:
+        handle = storage.open(name, "rb")
+    except FileNotFoundError:
+        raise BlobMissing(name) from None
+    return _iter_file(handle)
+
+
+def _iter_s3(body: Any) -> Iterator[bytes]:
+    try:
+        yield from body.iter_chunks(READ_CHUNK_BYTES)
+    finally:
+        body.close()
+
+
+def _iter_file(handle: Any) -> Iterator[bytes]:
+    try:
+        while True:
+            piece = handle.read(READ_CHUNK_BYTES)
+            if not piece:
+                return
+            yield piece
+    finally:
+        handle.close()
+
+
+def delete(name: str) -> None:
+    """Remove the blob; a blob already gone is not an error (deletes race, sweeps repeat)."""
+    storage = get_storage()
+    try:
+        storage.delete(name)
+    except FileNotFoundError:
+        pass
+    if isinstance(storage, FileSystemStorage):
+        try:
+            os.unlink(storage.path(name) + ".part")
+        except FileNotFoundError:
+            pass
+
+
+def exists(name: str) -> bool:
+    return get_storage().exists(name)
+
+
+def presigned_url(name: str, *, content_type: str, disposition: str, expires_in: int) -> str | None:
+    """A presigned GET URL for S3 (None for other backends), answering with our content type and disposition."""
+    storage = get_storage()
+    if not is_s3(storage):
+        return None
+    return storage.url(
+        name,
+        parameters={"ResponseContentType": content_type, "ResponseContentDisposition": disposition},
+        expire=expires_in,
+    )

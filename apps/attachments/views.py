@@ -1,0 +1,323 @@
+"""HTTP endpoints of attachments. Thin: parse, call a service or selector, shape the response; the download
+responses (streamed, 304, 302) are built here because they are HTTP, not storage."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote
+
+from django.conf import settings
+from django.http import HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.http.request import UnreadablePostError
+from django.utils.http import content_disposition_header
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.exceptions import ParseError
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import MultiPartParser
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.attachments import selectors, serializers, services, signing, storage
+from apps.attachments.models import Attachment
+from apps.attachments.upload import FILE_FIELD, AttachmentUploadHandler
+from apps.core import audit, crypto, errors, pagination
+from apps.core.serializers import error_responses
+
+logger = logging.getLogger(__name__)
+
+# Served as downloads, never rendered inline: a browser would run their scripts on our origin (D7).
+ACTIVE_TYPES = frozenset(
+    {
+        "text/html",
+        "application/xhtml+xml",
+        "image/svg+xml",
+        "text/xml",
+        "application/xml",
+        "text/javascript",
+        "application/javascript",
+        "application/x-javascript",
+        "application/ecmascript",
+        "text/ecmascript",
+        "application/pdf",
+        "application/x-shockwave-flash",
+        "text/css",
+    }
+)
+
+# Headroom for the multipart framing around a file of exactly ATTACHMENT_MAX_BYTES: a Content-Length beyond the
+# limit plus this is refused before a byte is read; anything smaller is counted while streaming.
+MULTIPART_OVERHEAD_BYTES = 64 * 1024
+
+_ID_PARAM = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Attachment id")
+_FILE_RESPONSE = OpenApiResponse(OpenApiTypes.BINARY, description="The file, streamed, with ETag = its sha256")
+
+
+def _path_uuid(value: str, field: str = "id") -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        raise errors.validation_error({field: "must be a UUID"}) from None
+
+
+class _AnyAccept(BaseContentNegotiation):
+    """Downloads answer with the file's own type whatever Accept says; errors are still the JSON error body."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+def is_active_type(content_type: str) -> bool:
+    return content_type in ACTIVE_TYPES or content_type.endswith("+xml")
+
+
+def _etag_matches(header: str | None, sha256: str) -> bool:
+    if not header:
+        return False
+    for candidate in header.split(","):
+        candidate = candidate.strip()
+        if candidate == "*":
+            return True
+        if candidate.startswith("W/"):
+            candidate = candidate[2:]
+        if candidate.strip('"') == sha256:
+            return True
+    return False
+
+
+# Pieces handed to the server are coalesced to about this size: each one crosses from the WSGI thread to the
+# event loop (a2wsgi), which costs far more than joining a few chunks (measured: bench/attachments.py).
+RESPONSE_PIECE_BYTES = 1024 * 1024
+
+
+def _stream(pieces: Iterator[bytes], attachment: Attachment) -> Iterator[bytes]:
+    """The plaintext in pieces of about RESPONSE_PIECE_BYTES. A blob that fails authentication ends the response
+    early (its headers are already sent): the client sees a body shorter than Content-Length, never bytes that did
+    not authenticate."""
+    try:
+        if attachment.encrypted:
+            chunks = crypto.open_stream(pieces, purpose=services.BLOB_PURPOSE, row_id=str(attachment.id))
+            batch: list[bytes] = []
+            size = 0
+            for chunk in chunks:
+                batch.append(chunk)
+                size += len(chunk)
+                if size >= RESPONSE_PIECE_BYTES:
+                    yield b"".join(batch)
+                    batch, size = [], 0
+            if batch:
+                yield b"".join(batch)
+        else:
+            yield from pieces
+    except crypto.DecryptionError:
+        logger.error("attachment blob failed authentication", extra={"attachment_id": str(attachment.id)})
+        raise
+    finally:
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()
+
+
+def download_response(request: Request, attachment: Attachment) -> HttpResponse:
+    etag = f'"{attachment.sha256}"'
+    active = is_active_type(attachment.content_type)
+    if _etag_matches(request.META.get("HTTP_IF_NONE_MATCH"), attachment.sha256):
+        response = HttpResponse(status=304)
+        del response["Content-Type"]
+        response["ETag"] = etag
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
+    disposition = content_disposition_header(active, attachment.filename)
+    if settings.ATTACHMENT_S3_DIRECT_DOWNLOAD and not attachment.encrypted and storage.is_s3():
+        url = storage.presigned_url(
+            attachment.storage_name,
+            content_type=attachment.content_type,
+            disposition=disposition,
+            expires_in=settings.ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN,
+        )
+        response = HttpResponseRedirect(url)
+        response["Cache-Control"] = "no-store"
+        return response
+    try:
+        pieces = storage.open_reader(attachment.storage_name)
+    except storage.BlobMissing:
+        raise errors.not_found("Attachment not found.") from None  # deleted while this request ran
+    response = StreamingHttpResponse(_stream(pieces, attachment), content_type=attachment.content_type)
+    response["Content-Length"] = str(attachment.size)
+    response["ETag"] = etag
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Disposition"] = disposition
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    response["Cache-Control"] = "private, no-cache"
+    return response
+
+
+class AttachmentsView(APIView):
+    parser_classes = [MultiPartParser]
+
+    @extend_schema(
+        tags=["attachments"],
+        summary="Upload a file",
+        description="multipart/form-data with one part `file`. `expiresIn` (query or form field): an ISO-8601 "
+        "duration (PT90S, PT30M, PT1H, P1D) or whole seconds, default 1 h, at most ATTACHMENT_MAX_EXPIRES_IN. "
+        "Larger than ATTACHMENT_MAX_BYTES: 413. Unreferenced attachments are removed once expired; an entry "
+        "referencing one (`{\"attachmentId\": ...}`) keeps it.",
+        parameters=[OpenApiParameter("expiresIn", str, description="ISO-8601 duration or seconds")],
+        request={
+            "multipart/form-data": {
+                "type": "object",
+                "properties": {
+                    "file": {"type": "string", "format": "binary"},
+                    "expiresIn": {"type": "string"},
+                },
+                "required": ["file"],
+            }
+        },
+        responses={201: serializers.AttachmentResponse, **error_responses(400, 401, 413, 415)},
+    )
+    def post(self, request: Request) -> Response:
+        query_expires = request.query_params.get("expiresIn")
+        expires_in = serializers.parse_expires_in(query_expires) if query_expires is not None else None
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        try:
+            too_big = int(length) > settings.ATTACHMENT_MAX_BYTES + MULTIPART_OVERHEAD_BYTES
+        except ValueError:
+            raise errors.validation_error({"Content-Length": "must be an integer"}) from None
+        if too_big:
+            raise errors.payload_too_large(f"The file exceeds the upload limit of {settings.ATTACHMENT_MAX_BYTES} bytes.")
+        handler = AttachmentUploadHandler(request.user, request._request)
+        request._request.upload_handlers = [handler]
+        try:
+            files = request.FILES
+            form_expires = request.data.get("expiresIn")
+            if handler.finished is None or FILE_FIELD not in files:
+                raise errors.validation_error({FILE_FIELD: "a file part named 'file' is required"})
+            if expires_in is None:
+                expires_in = serializers.parse_expires_in(form_expires)
+            attachment = handler.finished.upload.complete(expires_in)
+        except ParseError:
+            handler.abort()
+            raise errors.validation_error({"body": "malformed multipart body"}, "Malformed multipart body.") from None
+        except UnreadablePostError:
+            handler.abort()
+            raise errors.validation_error({"body": "the upload was interrupted"}, "Upload interrupted.") from None
+        except BaseException:
+            handler.abort()
+            raise
+        return Response(selectors.attachment_response(attachment), status=201)
+
+
+class AttachmentView(APIView):
+    content_negotiation_class = _AnyAccept
+
+    @extend_schema(
+        tags=["attachments"],
+        summary="Download a file",
+        description="Streams the content with Content-Type, Content-Length, ETag (the sha256), "
+        "X-Content-Type-Options: nosniff, and Content-Disposition: attachment for active types (HTML, SVG, ...). "
+        "If-None-Match with the ETag: 304. With S3 storage and ATTACHMENT_S3_DIRECT_DOWNLOAD, a file not encrypted "
+        "by the service: 302 to a presigned URL. Readable by the uploader, admins and auditors, and readers of a "
+        "conversation whose entry references it.",
+        parameters=[_ID_PARAM],
+        responses={
+            (200, "*/*"): _FILE_RESPONSE,
+            302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
+            304: OpenApiResponse(description="Not modified (If-None-Match matched the ETag)"),
+            **error_responses(400, 401, 403, 404),
+        },
+    )
+    def get(self, request: Request, id: str) -> HttpResponse:
+        attachment = selectors.readable_attachment(request.user, _path_uuid(id))
+        return download_response(request, attachment)
+
+    @extend_schema(
+        tags=["attachments"],
+        summary="Delete a file",
+        description="The uploader or an admin. Entries referencing it keep their attachmentId; downloads then 404.",
+        parameters=[_ID_PARAM],
+        responses={204: None, **error_responses(400, 401, 403, 404)},
+    )
+    def delete(self, request: Request, id: str) -> Response:
+        services.delete_attachment(request.user, _path_uuid(id))
+        return Response(status=204)
+
+
+class DownloadUrlView(APIView):
+    @extend_schema(
+        tags=["attachments"],
+        summary="Get a signed download URL",
+        description="A time-limited URL (ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN, default 300 s) that downloads the file "
+        "without an Authorization header. Same access as the download.",
+        parameters=[_ID_PARAM],
+        responses={200: serializers.DownloadUrlResponse, **error_responses(400, 401, 403, 404)},
+    )
+    def get(self, request: Request, id: str) -> Response:
+        attachment = selectors.readable_attachment(request.user, _path_uuid(id))
+        expires_in = settings.ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN
+        token = signing.make_token(attachment.id, expires_in)
+        url = f"/v1/attachments/download/{token}/{quote(attachment.filename, safe='')}"
+        return Response({"url": url, "expiresIn": expires_in})
+
+
+class SignedDownloadView(APIView):
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    content_negotiation_class = _AnyAccept
+
+    @extend_schema(
+        tags=["attachments"],
+        summary="Download through a signed URL",
+        description="No Authorization: the signed, time-limited token authorizes the call (403 when it is invalid, "
+        "tampered with or expired; 404 when the file is gone). The filename segment is cosmetic.",
+        parameters=[
+            OpenApiParameter("token", str, OpenApiParameter.PATH),
+            OpenApiParameter("filename", str, OpenApiParameter.PATH),
+        ],
+        responses={
+            (200, "*/*"): _FILE_RESPONSE,
+            302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
+            304: OpenApiResponse(description="Not modified"),
+            **error_responses(403, 404),
+        },
+    )
+    def get(self, request: Request, token: str, filename: str) -> HttpResponse:
+        attachment_id = signing.verify_token(token)
+        return download_response(request, selectors.get_visible(attachment_id))
+
+
+class AdminAttachmentsView(APIView):
+    @extend_schema(
+        tags=["admin"],
+        summary="List all attachments",
+        description="Auditor or admin role; newest first; audit-logged.",
+        parameters=[
+            OpenApiParameter("userId", str, description="Uploader filter"),
+            OpenApiParameter("afterCursor", str),
+            OpenApiParameter("limit", int, description="1..1000, default 50"),
+        ],
+        responses={200: serializers.AdminAttachmentPage, **error_responses(400, 401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        user_id = params.get("userId") or None
+        if user_id is not None and ("\x00" in user_id or len(user_id) > 256):
+            raise errors.validation_error({"userId": "must be a user id"})
+        limit = pagination.parse_limit(params.get("limit"), "admin_attachments")
+        cursor = params.get("afterCursor") or None
+        if cursor is not None:
+            pagination.decode_cursor(cursor)
+        if not request.user.is_auditor:
+            raise errors.forbidden("Requires the auditor or admin role.")
+        audit.record(
+            request.user,
+            "admin.attachments.list",
+            params={"userId": user_id, "limit": limit, "afterCursor": cursor is not None},
+        )
+        return Response(selectors.admin_list(user_id=user_id, cursor=cursor, limit=limit))
