@@ -123,7 +123,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
         except ValueError as exc:
             raise errors.validation_error({"kinds": str(exc)}) from None
 
-        subscriber = Subscriber(user_id=principal.user_id, kinds=kinds)
+        subscriber = Subscriber(user_id=principal.user_id, kinds=kinds, on_close=self._arm_eviction_deadline)
         hub = get_hub()
         try:
             await hub.register(subscriber)
@@ -152,6 +152,17 @@ class EventStreamConsumer(AsyncHttpConsumer):
         self._writer = asyncio.get_running_loop().create_task(
             self._stream(subscriber, evicted[0::2], headers.get("last-event-id", "").strip()), name="sse-writer"
         )
+
+    def _arm_eviction_deadline(self) -> None:
+        """An evicted client may be stuck not reading (its writer blocked on a full socket): past the grace period
+        the writer is cancelled, which unsubscribes it and ends the response without the final event."""
+
+        def abort() -> None:
+            if self._writer is not None and not self._writer.done():
+                logger.info("evicted client did not read its last event; dropped")
+                self._writer.cancel()
+
+        asyncio.get_running_loop().call_later(settings.SSE_EVICTION_GRACE_SECONDS, abort)
 
     async def _send_error(self, error: errors.ApiError) -> None:
         response_headers = [(b"content-type", b"application/json"), (b"x-request-id", self.request_id.encode())]
@@ -209,20 +220,19 @@ class EventStreamConsumer(AsyncHttpConsumer):
             self._finished.set()
 
     async def _write_final(self, item: Item) -> None:
-        """The ``evicted`` event, then the end of the response; a client that does not read it within the grace
-        period is dropped without it."""
-        try:
-            async with asyncio.timeout(settings.SSE_EVICTION_GRACE_SECONDS):
-                await self.send_body(streams.sse_block(item.payload), more_body=True)
-                await self.send_body(b"", more_body=False)
-        except TimeoutError:
-            logger.info("evicted client did not read its last event; dropped")
+        """The ``evicted`` event, then the end of the response (bounded by the deadline armed at eviction)."""
+        await self.send_body(streams.sse_block(item.payload), more_body=True)
+        await self.send_body(b"", more_body=False)
 
     async def _replay(self, client, subscriber: Subscriber, last_event_id: str) -> tuple[int, int] | None:
         """Send what the client missed after ``last_event_id``; returns the last id sent (the floor below which
         live entries are duplicates), or None after an ``invalidate``."""
         key = streams.stream_key(subscriber.user_id)
-        if streams.valid_entry_id(last_event_id):
+        # Retention is a promise of SSE_RETENTION_SECONDS: approximate trimming may keep older entries a while, but
+        # a client that was away longer is told to refetch whether or not they are still there.
+        if streams.valid_entry_id(last_event_id) and (
+            streams.entry_id_key(last_event_id)[0] >= time.time() * 1000 - streams.retention_ms()
+        ):
             try:
                 entries = await client.xrange(key, min=last_event_id, max="+", count=_REPLAY_PAGE)
             except redis.RedisError:

@@ -20,6 +20,7 @@ import logging
 import os
 import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -30,8 +31,9 @@ from apps.events import streams
 
 logger = logging.getLogger(__name__)
 
-# Entries read per stream and XREAD call: bounds one call's work; more arrive with the next call.
-_READ_COUNT = 512
+# Entries read per stream and XREAD call: bounds one call's work; more arrive with the next call. Never more than a
+# subscriber's buffer holds, so one burst cannot evict a client whose writer had no chance to run yet.
+_MAX_READ_COUNT = 512
 _BLOCK_MS = 5000
 _RETRY_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
 
@@ -53,6 +55,8 @@ class Subscriber:
     buffer: collections.deque[Item] = field(default_factory=collections.deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     closing: str | None = None
+    # Called once when the stream is told to end (the consumer arms its eviction deadline here).
+    on_close: Callable[[], None] | None = None
 
     def wants(self, kind: str) -> bool:
         return self.kinds is None or kind == streams.STREAM_KIND or kind in self.kinds
@@ -78,6 +82,8 @@ class Subscriber:
             self.buffer.clear()
             self.buffer.append(Item(streams.stream_event("evicted", reason), close_reason=reason))
             self.ready.set()
+            if self.on_close is not None:
+                self.on_close()
 
     async def next(self, timeout: float) -> Item | None:
         """The next item, or None when nothing came within ``timeout`` (time for a keepalive)."""
@@ -136,12 +142,13 @@ class Hub:
             name=f"sse-hub:{os.getpid()}:{self.wake_key[-8:]}", socket_timeout=_BLOCK_MS / 1000 + 5
         )
         failures = 0
+        read_count = max(1, min(_MAX_READ_COUNT, settings.SSE_BUFFER_EVENTS))
         try:
             while self.subscribers:
                 keys = {streams.stream_key(user): position for user, position in self.positions.items()}
                 keys[self.wake_key] = "$"
                 try:
-                    result = await connection.xread(keys, count=_READ_COUNT, block=_BLOCK_MS)
+                    result = await connection.xread(keys, count=read_count, block=_BLOCK_MS)
                 except redis.RedisError as exc:
                     if failures == 0:
                         logger.warning("event stream reader lost Redis", extra={"error": type(exc).__name__})
@@ -155,6 +162,8 @@ class Hub:
                         for subscriber in subscribers:
                             subscriber.invalidate()
                 self._dispatch(result or [])
+                # Let the writers drain what was just handed to them before reading more.
+                await asyncio.sleep(0)
         except asyncio.CancelledError:
             pass
         finally:
