@@ -35,7 +35,8 @@ from apps.core.auth.authentication import authenticate_credentials
 from apps.core.logging import reset_request_id, set_request_id
 from apps.core.redis_client import get_async_client
 from apps.events import streams
-from apps.events.hub import Item, Subscriber, get_hub, kind_of
+from apps.events.hub import Item, Subscriber, get_hub
+from apps.events.streams import kind_of
 
 logger = logging.getLogger(__name__)
 access_log = logging.getLogger("apps.access")
@@ -228,11 +229,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
         """Send what the client missed after ``last_event_id``; returns the last id sent (the floor below which
         live entries are duplicates), or None after an ``invalidate``."""
         key = streams.stream_key(subscriber.user_id)
-        # Retention is a promise of SSE_RETENTION_SECONDS: approximate trimming may keep older entries a while, but
-        # a client that was away longer is told to refetch whether or not they are still there.
-        if streams.valid_entry_id(last_event_id) and (
-            streams.entry_id_key(last_event_id)[0] >= time.time() * 1000 - streams.retention_ms()
-        ):
+        if streams.resumable(last_event_id):
             try:
                 entries = await client.xrange(key, min=last_event_id, max="+", count=_REPLAY_PAGE)
             except redis.RedisError:
@@ -244,6 +241,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
             await self.send_body(streams.sse_block(streams.stream_event("invalidate")), more_body=True)
             return None
         floor = streams.entry_id_key(last_event_id)
+        more = len(entries) == _REPLAY_PAGE
         entries = entries[1:]
         while entries:
             for raw_id, fields in entries:
@@ -254,9 +252,10 @@ class EventStreamConsumer(AsyncHttpConsumer):
                     metrics.SSE_EVENTS_SENT.inc()
             last = entries[-1][0].decode()
             floor = streams.entry_id_key(last)
-            if len(entries) < _REPLAY_PAGE:
+            if not more:
                 break
             entries = await client.xrange(key, min=f"({last}", max="+", count=_REPLAY_PAGE)
+            more = len(entries) == _REPLAY_PAGE
         return floor
 
 

@@ -187,7 +187,7 @@ class Hub:
 def dispatch_entry(subscribers, entry_id: str, fields: dict[bytes, bytes]) -> None:
     payload = fields.get(b"e")
     if payload is not None:
-        kind = kind_of(payload)
+        kind = streams.kind_of(payload)
         for subscriber in list(subscribers):
             subscriber.deliver(entry_id, kind, payload)
         return
@@ -197,13 +197,6 @@ def dispatch_entry(subscribers, entry_id: str, fields: dict[bytes, bytes]) -> No
         for subscriber in list(subscribers):
             if subscriber.connection_id == target:
                 subscriber.close("connection_limit")
-
-
-def kind_of(payload: bytes) -> str:
-    try:
-        return json.loads(payload).get("kind", "")
-    except ValueError:
-        return ""
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()

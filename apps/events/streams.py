@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 from django.conf import settings
@@ -66,6 +67,20 @@ def stream_event(event: str, reason: str | None = None) -> bytes:
 
 def valid_entry_id(value: str) -> bool:
     return bool(_ENTRY_ID.match(value))
+
+
+def resumable(last_event_id: str) -> bool:
+    """Whether a ``Last-Event-ID`` may be replayed from: one of our ids, and no older than retention. Approximate
+    trimming may keep older entries a while, but the promise is SSE_RETENTION_SECONDS: a client away longer is told
+    to refetch whether or not they are still there."""
+    return valid_entry_id(last_event_id) and entry_id_key(last_event_id)[0] >= time.time() * 1000 - retention_ms()
+
+
+def kind_of(payload: bytes) -> str:
+    try:
+        return json.loads(payload).get("kind", "")
+    except ValueError:
+        return ""
 
 
 def entry_id_key(entry_id: str) -> tuple[int, int]:
