@@ -267,6 +267,11 @@ def pct(values: list[float]) -> dict[str, float]:
     }
 
 
+def cpu_pct(web: h.WebServer, cpu_before: float, wall_before: float) -> float:
+    """The web server's CPU use since the snapshot, in % of one core."""
+    return round(100 * (h.process_tree_cpu(web.process.pid) - cpu_before) / (time.monotonic() - wall_before), 1)
+
+
 def stream_id_ms(event_id: str) -> int:
     return int(event_id.split("-")[0])
 
@@ -312,8 +317,10 @@ def main(argv: Sequence[str]) -> int:
 
             # 1. Appends without listeners.
             append_load(base, tokens, conversations, 100, args.append_concurrency, None)  # warm-up
+            cpu0, wall0 = h.process_tree_cpu(web.process.pid), time.monotonic()
             quiet, _ = append_load(base, tokens, conversations, args.appends, args.append_concurrency, args.rate)
             results["append_ms_without_listeners"] = pct(quiet)
+            results["web_cpu_pct_without_listeners"] = cpu_pct(web, cpu0, wall0)
             h.log(f"appends without listeners: {results['append_ms_without_listeners']}")
 
             # 2. Open the streams.
@@ -327,16 +334,25 @@ def main(argv: Sequence[str]) -> int:
             h.log(f"{len(stream_tokens)} streams open; {results['memory_per_connection_kib']} KiB per connection")
 
             # 3. Appends with listeners attached: append latency and delivery latency.
+            cpu0, wall0 = h.process_tree_cpu(web.process.pid), time.monotonic()
             loud, appended = append_load(base, tokens, conversations, args.appends, args.append_concurrency, args.rate)
+            results["web_cpu_pct_with_listeners"] = cpu_pct(web, cpu0, wall0)
             time.sleep(2)
             out = readers.finish()
             results["append_ms_with_listeners"] = pct(loud)
+            # Again without listeners, to see how much the machine's background load moved meanwhile.
+            time.sleep(2)
+            again, _ = append_load(base, tokens, conversations, args.appends, args.append_concurrency, args.rate)
+            results["append_ms_without_listeners_after"] = pct(again)
+            h.log(f"appends without listeners (after): {results['append_ms_without_listeners_after']}")
             delivery = [
                 received * 1000 - stream_id_ms(event_id)
                 for _i, event_id, data, received in out
                 if isinstance(data, dict) and data.get("kind") == "entry" and event_id
             ]
-            expected = len(appended) * 2 * per_user  # every append reaches 2 users x their streams
+            opened = sum(1 for o in out if o[1] == "error")
+            # Every append reaches 2 users x their streams (minus streams that failed to open).
+            expected = len(appended) * 2 * per_user - opened * len(appended) // USERS * 2
             results["delivery_ms"] = pct(delivery)
             results["deliveries"] = {"expected": expected, "received": len(delivery)}
             results["stream_errors"] = [o for o in out if o[1] in ("error", "closed")][:5]
@@ -349,6 +365,7 @@ def main(argv: Sequence[str]) -> int:
     finally:
         valkey.stop()
     results["machine"] = h.machine_info(database_url)
+    results["load_average"] = os.getloadavg()
     path = h.write_json("events", results)
     print(json.dumps({k: v for k, v in results.items() if k != "machine"}, indent=2))
     h.log(f"results in {path}")

@@ -37,9 +37,12 @@ def get_async_client() -> redis.asyncio.Redis:
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
-        client = _async_clients[loop] = redis.asyncio.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2
+        # A blocking pool: a burst of stream connects waits (briefly) for a free connection instead of failing with
+        # "Too many connections" once the pool is exhausted.
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            settings.REDIS_URL, max_connections=64, timeout=5, socket_timeout=5, socket_connect_timeout=2
         )
+        client = _async_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
     return client
 
 

@@ -35,7 +35,7 @@ from apps.core.auth.authentication import authenticate_credentials
 from apps.core.logging import reset_request_id, set_request_id
 from apps.core.redis_client import get_async_client
 from apps.events import streams
-from apps.events.hub import Item, Subscriber, get_hub
+from apps.events.hub import KEEPALIVE_ITEM, Item, Subscriber, get_hub
 from apps.events.streams import kind_of
 
 logger = logging.getLogger(__name__)
@@ -137,8 +137,9 @@ class EventStreamConsumer(AsyncHttpConsumer):
                 settings.SSE_MAX_CONNECTIONS_PER_USER,
                 _slot_ttl(),
             )
-        except redis.RedisError:
+        except redis.RedisError as exc:
             hub.unregister(subscriber)
+            logger.warning("event stream cannot reach Redis", extra={"error": type(exc).__name__, "detail": str(exc)})
             raise errors.unavailable("The event stream is temporarily unavailable.") from None
         await self.send_headers(
             status=200,
@@ -182,10 +183,9 @@ class EventStreamConsumer(AsyncHttpConsumer):
             if evicted:
                 await _close_connections(client, subscriber.user_id, [member.decode() for member in evicted])
             floor = await self._replay(client, subscriber, last_event_id) if last_event_id else None
-            keepalive = settings.SSE_KEEPALIVE_SECONDS
             while True:
-                item = await subscriber.next(keepalive)
-                if item is None:
+                item = await subscriber.next()
+                if item is KEEPALIVE_ITEM:
                     await self.send_body(streams.KEEPALIVE, more_body=True)
                     with contextlib.suppress(redis.RedisError):
                         await client.expire(streams.connections_key(subscriber.user_id), _slot_ttl())

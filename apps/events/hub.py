@@ -18,6 +18,7 @@ import collections
 import json
 import logging
 import os
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -55,6 +56,7 @@ class Subscriber:
     buffer: collections.deque[Item] = field(default_factory=collections.deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     closing: str | None = None
+    last_activity: float = field(default_factory=time.monotonic)
     # Called once when the stream is told to end (the consumer arms its eviction deadline here).
     on_close: Callable[[], None] | None = None
 
@@ -85,15 +87,23 @@ class Subscriber:
             if self.on_close is not None:
                 self.on_close()
 
-    async def next(self, timeout: float) -> Item | None:
-        """The next item, or None when nothing came within ``timeout`` (time for a keepalive)."""
-        if not self.buffer:
+    def keepalive_due(self, now: float) -> None:
+        """Queue a keepalive when nothing was queued for SSE_KEEPALIVE_SECONDS (called by the hub's ticker, so an
+        idle stream costs no timer of its own)."""
+        if self.closing is None and not self.buffer and now - self.last_activity >= settings.SSE_KEEPALIVE_SECONDS:
+            self.buffer.append(KEEPALIVE_ITEM)
+            self.ready.set()
+
+    async def next(self) -> Item:
+        while not self.buffer:
             self.ready.clear()
-            try:
-                await asyncio.wait_for(self.ready.wait(), timeout)
-            except TimeoutError:
-                return None
+            await self.ready.wait()
+        self.last_activity = time.monotonic()
         return self.buffer.popleft()
+
+
+# Not an event: the writer sends a keepalive comment for it.
+KEEPALIVE_ITEM = Item(None)
 
 
 class Hub:
@@ -137,12 +147,23 @@ class Hub:
         except redis.RedisError:
             pass  # the reader is failing too and picks up the new user when it recovers
 
+    async def _tick(self) -> None:
+        """Keepalives for every idle subscriber of this process, checked a few times per interval."""
+        period = max(0.05, settings.SSE_KEEPALIVE_SECONDS / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for subscribers in list(self.subscribers.values()):
+                for subscriber in list(subscribers):
+                    subscriber.keepalive_due(now)
+
     async def _run(self) -> None:
         connection = new_async_connection(
             name=f"sse-hub:{os.getpid()}:{self.wake_key[-8:]}", socket_timeout=_BLOCK_MS / 1000 + 5
         )
         failures = 0
         read_count = max(1, min(_MAX_READ_COUNT, settings.SSE_BUFFER_EVENTS))
+        ticker = asyncio.get_running_loop().create_task(self._tick(), name="sse-keepalive")
         try:
             while self.subscribers:
                 keys = {streams.stream_key(user): position for user, position in self.positions.items()}
@@ -167,6 +188,7 @@ class Hub:
         except asyncio.CancelledError:
             pass
         finally:
+            ticker.cancel()
             await connection.aclose()
 
     def _dispatch(self, result: list) -> None:

@@ -84,9 +84,10 @@ class EventStreamView(APIView):
         except ValueError as exc:
             raise errors.validation_error({"kinds": str(exc)}) from None
         user_id = request.user.user_id
-        client = get_client()
-        key = streams.stream_key(user_id)
-        last = client.xrevrange(key, count=1)
+        try:
+            last = get_client().xrevrange(streams.stream_key(user_id), count=1)
+        except redis.RedisError:
+            raise errors.unavailable("The event stream is temporarily unavailable.") from None
         position = last[0][0].decode() if last else "0-0"
         response = StreamingHttpResponse(
             _stream(user_id, kinds, request.headers.get("Last-Event-ID", "").strip(), position),
