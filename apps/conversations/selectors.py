@@ -166,11 +166,16 @@ def list_conversations(
     if mode == "roots":
         where.append("c.id = c.root_id")
     elif mode == "latest-fork":
-        # One conversation per fork tree: the most recently updated live one.
-        where.append(
-            "NOT EXISTS (SELECT 1 FROM conversations n WHERE n.root_id = c.root_id AND n.deleted_at IS NULL "
-            "AND (n.updated_at, n.id) > (c.updated_at, c.id))"
+        # One conversation per fork tree: the most recently updated live one (among those whose title matches,
+        # when there is a query: a newer fork with another title does not hide the tree from a search).
+        newer = (
+            "SELECT 1 FROM conversations n WHERE n.root_id = c.root_id AND n.deleted_at IS NULL "
+            "AND (n.updated_at, n.id) > (c.updated_at, c.id)"
         )
+        if query:
+            newer += " AND strpos(lower(n.title), lower(%s)) > 0"
+            params.append(query)
+        where.append(f"NOT EXISTS ({newer})")
     if query:
         where.append("strpos(lower(c.title), lower(%s)) > 0")
         params.append(query)
@@ -405,13 +410,13 @@ def admin_list_entries(conversation_id: UUID, *, channel: str | None, cursor: st
     return _entries_page(vis, channel_sql, channel_params, cursor, limit)
 
 
-def entry_visible(principal: Principal, vis: Visibility, entry_id: UUID) -> bool:
-    """Whether ``entry_id`` is an entry ``principal`` sees in the conversation ``vis`` describes (a fork point)."""
+def history_entry_visible(vis: Visibility, entry_id: UUID) -> bool:
+    """Whether ``entry_id`` is a history entry of the conversation ``vis`` describes (a valid fork point: forks
+    branch the shared history; context entries are private to one client)."""
     visible_sql, params = _visible_where(vis)
-    channel_sql, channel_params = _channel_where(None, principal.client_id, admin=False)
     with connection.cursor() as db:
         db.execute(
-            f"SELECT 1 FROM conversation_entries e WHERE e.id = %s AND {visible_sql} AND {channel_sql}",  # noqa: S608
-            [entry_id, *params, *channel_params],
+            f"SELECT 1 FROM conversation_entries e WHERE e.id = %s AND {visible_sql} AND e.channel = 'history'",  # noqa: S608
+            [entry_id, *params],
         )
         return db.fetchone() is not None

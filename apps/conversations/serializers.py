@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -17,6 +18,7 @@ from apps.conversations.models import Channel
 from apps.core import errors
 from apps.core.access import AccessLevel
 from apps.core.serializers import (
+    NO_NUL_PATTERN,
     JsonObjectField,
     StrictCharField,
     StrictSerializer,
@@ -36,7 +38,10 @@ def _json_bytes(value: Any) -> int:
 
 class TitleField(StrictCharField):
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(allow_blank=True, trim_whitespace=False, **kwargs)
+        # max_length documents the limit in OpenAPI; to_internal_value checks the live setting.
+        super().__init__(
+            allow_blank=True, trim_whitespace=False, max_length=settings.CONVERSATION_TITLE_MAX_CHARS, **kwargs
+        )
 
     def to_internal_value(self, data: Any) -> str:
         title = super().to_internal_value(data)
@@ -48,19 +53,29 @@ class TitleField(StrictCharField):
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class MetadataField(JsonObjectField):
     def to_internal_value(self, data: Any) -> dict:
-        metadata = super().to_internal_value(data)
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        # jsonb holds any integer but no NUL character.
+        problem = json_value_problem(data, int64=False)
+        if problem:
+            raise serializers.ValidationError(problem)
+        metadata = data
         if _json_bytes(metadata) > settings.CONVERSATION_METADATA_MAX_BYTES:
             raise serializers.ValidationError(f"must be at most {settings.CONVERSATION_METADATA_MAX_BYTES} bytes as JSON")
         return metadata
 
 
 class ConversationCreateSerializer(StrictSerializer):
+    """POST /v1/conversations body. Unknown fields are rejected."""
+
     id = StrictUUIDField(required=False, help_text="Client-chosen id; an existing id is 409")
     title = TitleField(required=False)
     metadata = MetadataField(required=False)
 
 
 class ConversationUpdateSerializer(StrictSerializer):
+    """PATCH /v1/conversations/{id} body: the fields to change. Unknown fields are rejected."""
+
     title = TitleField(required=False)
     metadata = MetadataField(required=False)
 
@@ -85,7 +100,8 @@ class ContentField(serializers.Field):
         for item in data:
             if not isinstance(item, dict):
                 raise serializers.ValidationError("must be a non-empty array of objects")
-        problem = json_value_problem(data)
+        # Stored encrypted, so any JSON will do that encodes as UTF-8 and renders back (finite numbers).
+        problem = json_value_problem(data, int64=False, nul=False)
         if problem:
             raise serializers.ValidationError(problem)
         return data
@@ -95,6 +111,9 @@ class ContentField(serializers.Field):
 
 
 class EntryAppendSerializer(StrictSerializer):
+    """POST /v1/conversations/{id}/entries body (its OpenAPI shape: EntryAppendSchema). Unknown fields are
+    rejected."""
+
     channel = serializers.ChoiceField(choices=Channel.values, required=False, default=Channel.HISTORY)
     contentType = StrictCharField(required=False, allow_blank=False, max_length=MAX_CONTENT_TYPE_CHARS)
     content = ContentField()
@@ -148,6 +167,83 @@ def _history_item_problem(item: dict) -> str | None:
         except serializers.ValidationError:
             return "attachmentId must be a UUID string"
     return None
+
+
+class EntryAppendSchema(OpenApiSerializerExtension):
+    """The append body as two exact shapes (history / context), so clients and fuzzers know what is accepted."""
+
+    target_class = "apps.conversations.serializers.EntryAppendSerializer"
+    priority = 1  # over the generic StrictSerializer extension
+
+    def get_name(self, auto_schema, direction):
+        return "EntryAppend"  # + "Request" (COMPONENT_SPLIT_REQUEST)
+
+    def map_serializer(self, auto_schema, direction):
+        return entry_append_schema()
+
+
+def entry_append_schema() -> dict:
+    uuid_schema = {"type": "string", "format": "uuid"}
+    common = {
+        "indexedContent": {
+            "type": ["string", "null"],
+            "pattern": NO_NUL_PATTERN,
+            "description": f"Search index text, at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes",
+        },
+        "forkedAtConversationId": {**uuid_schema, "description": "Only with a new id: fork this conversation"},
+        "forkedAtEntryId": {**uuid_schema, "description": "Only with a new id: the fork sees entries before it"},
+    }
+    together = {"forkedAtConversationId": ["forkedAtEntryId"], "forkedAtEntryId": ["forkedAtConversationId"]}
+    items = {"minItems": 1, "maxItems": settings.CONVERSATION_ENTRY_MAX_ITEMS}
+    history_item = {
+        "type": "object",
+        "properties": {
+            "role": {"type": "string", "enum": list(ROLES)},
+            "text": {"type": "string"},
+            "attachmentId": uuid_schema,
+        },
+        "required": ["role"],
+        "anyOf": [{"required": ["text"]}, {"required": ["attachmentId"]}],
+        "additionalProperties": False,
+    }
+    history = {
+        "type": "object",
+        "title": "HistoryEntryAppend",
+        "properties": {
+            "channel": {"type": "string", "const": Channel.HISTORY.value, "default": Channel.HISTORY.value},
+            "contentType": {"type": "string", "const": "history", "default": "history"},
+            "content": {"type": "array", "items": history_item, **items},
+            **common,
+        },
+        "required": ["content"],
+        "additionalProperties": False,
+        "dependentRequired": together,
+    }
+    context = {
+        "type": "object",
+        "title": "ContextEntryAppend",
+        "description": "Needs an API-key client (X-API-Key); visible only to that client.",
+        "properties": {
+            "channel": {"type": "string", "const": Channel.CONTEXT.value},
+            "contentType": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_CONTENT_TYPE_CHARS,
+                "pattern": NO_NUL_PATTERN,
+                "default": "context",
+            },
+            "content": {"type": "array", "items": {"type": "object", "additionalProperties": True}, **items},
+            **common,
+        },
+        "required": ["channel", "content"],
+        "additionalProperties": False,
+        "dependentRequired": together,
+    }
+    return {
+        "oneOf": [history, context],
+        "description": f"content serialized as JSON may take at most {settings.CONVERSATION_ENTRY_MAX_CONTENT_BYTES} "
+        "bytes (413 beyond)",
+    }
 
 
 # --- Query parameters -------------------------------------------------------------------------------------------

@@ -52,8 +52,19 @@ def create_conversation(
             raise errors.conflict("A conversation with this id already exists.")
         access.grant_owner(str(conversation_id), principal.user_id, now)
         _publish_created(conversation_id, principal.user_id)
-    row, level = selectors.load_with_level(principal, conversation_id, AccessLevel.READER)
-    return selectors.conversation_full(row, level)
+    row = selectors.ConversationRow(
+        id=conversation_id,
+        title=title or "",
+        owner_user_id=principal.user_id,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata or {},
+        forked_at_conversation_id=None,
+        forked_at_entry_id=None,
+        deleted_at=None,
+        root_id=conversation_id,
+    )
+    return selectors.conversation_full(row, AccessLevel.OWNER)
 
 
 def _insert_conversation(
@@ -160,21 +171,14 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
     """Soft-deletes the conversation and every fork below it (the whole tree when it is the root); the tree's
     memberships and pending transfers go with the root (apps.sharing's signal handler, same transaction)."""
     with transaction.atomic():
-        # The root row first, as every tree-wide write does (membership changes, transfers): one lock order.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT c.root_id, c.deleted_at, m.access_level FROM conversations c "
-                "JOIN conversations r ON r.id = c.root_id "
-                "LEFT JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s "
-                "WHERE c.id = %s FOR UPDATE OF r",
-                [principal.user_id, conversation_id],
-            )
-            row = cursor.fetchone()
-        if row is None or row[1] is not None:
+        # The root row first, as every tree-wide write does (membership changes, transfers): one lock order. Of
+        # concurrent deletes, the first wins; the others read the conversation afresh under the lock: 404.
+        tree = access.lock_tree(principal.user_id, str(conversation_id))
+        if tree is None:
             raise errors.not_found("Conversation not found.")
-        if not at_least(row[2], AccessLevel.OWNER):
+        root_id, level, _owner = tree
+        if not at_least(level, AccessLevel.OWNER):
             raise errors.forbidden("Only an owner may delete the conversation.")
-        root_id = row[0]
         whole_tree = root_id == conversation_id
         with connection.cursor() as cursor:
             if whole_tree:
@@ -292,16 +296,24 @@ def _create_for_append(
             _publish_created(conversation_id, principal.user_id)
         return
     parent_id, entry_id = fork
-    vis = selectors.visibility(principal.user_id, parent_id)
+    # Lock the tree's root first, as every tree-wide write does: a delete of the parent (or of the tree) either
+    # finished before (we see it deleted) or waits until the fork exists (and deletes it with its parent).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT r.id, r.owner_user_id FROM conversations c JOIN conversations r ON r.id = c.root_id "
+            "WHERE c.id = %s FOR UPDATE OF r",
+            [parent_id],
+        )
+        tree = cursor.fetchone()
+    vis = selectors.visibility(principal.user_id, parent_id) if tree else None
     if vis is None or vis.deleted:
+        # The parent is a reference in the body, not the addressed resource: a validation error of that field.
         raise errors.validation_error({"forkedAtConversationId": "no such conversation"})
     if not at_least(vis.level, AccessLevel.WRITER):
         raise errors.forbidden("Forking needs write access to the parent conversation.")
-    if not selectors.entry_visible(principal, vis, entry_id):
-        raise errors.validation_error({"forkedAtEntryId": "not an entry of the parent conversation"})
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT root_id, owner_user_id FROM conversations WHERE id = %s", [parent_id])
-        root_id, owner_user_id = cursor.fetchone()
+    if not selectors.history_entry_visible(vis, entry_id):
+        raise errors.validation_error({"forkedAtEntryId": "not a history entry of the parent conversation"})
+    root_id, owner_user_id = tree
     # A fork joins its parent's tree: same members, same primary owner (memberships belong to the tree, D5).
     if _insert_conversation(
         conversation_id,

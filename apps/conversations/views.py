@@ -12,16 +12,11 @@ from rest_framework.response import Response
 
 from apps.conversations import selectors, serializers, services
 from apps.core import audit, errors, pagination
-from apps.core.serializers import error_responses, path_uuid
+from apps.core.openapi import EnvelopeAutoSchema
+from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_uuid
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
 AFTER_CURSOR = OpenApiParameter("afterCursor", str, description="The previous page's afterCursor")
-
-
-def _limit(description: str) -> OpenApiParameter:
-    return OpenApiParameter("limit", int, description=description)
-
-
 CHANNEL = OpenApiParameter(
     "channel",
     str,
@@ -39,6 +34,7 @@ def _validated(serializer_class, data) -> dict:
 
 
 class ConversationViewSet(viewsets.ViewSet):
+    schema = EnvelopeAutoSchema()
     lookup_field = "conversationId"
     lookup_value_regex = ID_SEGMENT
 
@@ -50,9 +46,13 @@ class ConversationViewSet(viewsets.ViewSet):
         "fork tree, the most recently updated). `query` filters titles (case-insensitive substring).",
         parameters=[
             OpenApiParameter("mode", str, enum=list(serializers.LIST_MODES)),
-            OpenApiParameter("query", str, description="Case-insensitive title substring"),
+            OpenApiParameter(
+                "query",
+                {"type": "string", "maxLength": serializers.MAX_QUERY_CHARS, "pattern": NO_NUL_PATTERN},
+                description="Case-insensitive title substring",
+            ),
             AFTER_CURSOR,
-            _limit("1..200, default 20"),
+            limit_parameter("conversations"),
         ],
         responses={200: serializers.ConversationPage, **error_responses(400, 401)},
     )
@@ -125,7 +125,7 @@ class ConversationViewSet(viewsets.ViewSet):
         description="Oldest first. A fork shows its parent's entries before the fork point, then its own. "
         "context entries are visible only to the API-key client that wrote them (channel=context without a "
         "client is 403).",
-        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, _limit("1..200, default 50")],
+        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter("conversation_entries")],
         responses={200: serializers.EntryPage, **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
@@ -145,7 +145,9 @@ class ConversationViewSet(viewsets.ViewSet):
         summary="Append an entry",
         description="Writer or above. An unknown conversation id creates the conversation, owned by the caller and "
         "titled from the first 40 characters of the first text; with forkedAtConversationId + forkedAtEntryId it "
-        "creates a fork that sees the parent's entries before that entry. context entries need an API-key client.",
+        "creates a fork that sees the parent's entries before that entry (400 when the parent does not exist, the "
+        "entry is not one of its history entries, or the id already exists with another fork point). "
+        "context entries need an API-key client.",
         parameters=[CONVERSATION_ID],
         request=serializers.EntryAppendSerializer,
         responses={201: serializers.EntryResponse, **error_responses(400, 401, 403, 404, 413)},
@@ -160,7 +162,7 @@ class ConversationViewSet(viewsets.ViewSet):
         tags=["conversations"],
         summary="List the conversation's fork tree",
         description="Every conversation of the tree, the root included, oldest first.",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, _limit("1..200, default 50")],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("conversation_forks")],
         responses={200: serializers.ForkPage, **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="forks")
@@ -181,6 +183,7 @@ def require_auditor(request: Request) -> None:
 class AdminConversationViewSet(viewsets.ViewSet):
     """Auditor or admin role (403 for others); every call is audit-logged before it answers."""
 
+    schema = EnvelopeAutoSchema()
     lookup_field = "conversationId"
     lookup_value_regex = ID_SEGMENT
 
@@ -190,10 +193,12 @@ class AdminConversationViewSet(viewsets.ViewSet):
         description="Newest first by updatedAt. `userId` filters by owner; deleted conversations only with "
         "`includeDeleted=true`.",
         parameters=[
-            OpenApiParameter("userId", str, description="Owner filter"),
+            OpenApiParameter(
+                "userId", {"type": "string", "maxLength": 256, "pattern": NO_NUL_PATTERN}, description="Owner filter"
+            ),
             OpenApiParameter("includeDeleted", bool),
             AFTER_CURSOR,
-            _limit("1..1000, default 100"),
+            limit_parameter("admin_conversations"),
         ],
         responses={200: serializers.AdminConversationPage, **error_responses(400, 401, 403)},
     )
@@ -230,7 +235,7 @@ class AdminConversationViewSet(viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's entries (all channels)",
-        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, _limit("1..1000, default 50")],
+        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter("admin_conversation_entries")],
         responses={200: serializers.EntryPage, **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
@@ -255,7 +260,7 @@ class AdminConversationViewSet(viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's fork tree (deleted forks too)",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, _limit("1..1000, default 50")],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_forks")],
         responses={200: serializers.ForkPage, **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="forks")

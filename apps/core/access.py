@@ -93,13 +93,24 @@ def grant_owner(root_id: str, user_id: str, created_at) -> bool:
 
 def lock_tree(user_id: str, conversation_id: str) -> tuple[str, str | None, str] | None:
     """Lock the root of ``conversation_id``'s tree; (root id, ``user_id``'s level or None, the primary owner's user
-    id), or None when the conversation does not exist or is deleted."""
+    id), or None when the conversation does not exist or is deleted.
+
+    Two statements on purpose: a row lock that had to wait re-reads only the locked row, so the conversation's
+    ``deleted_at`` and the caller's membership are read afresh once the lock is held (a delete or a membership
+    change that committed meanwhile is seen)."""
     with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT r.id FROM conversations c JOIN conversations r ON r.id = c.root_id WHERE c.id = %s "
+            "FOR UPDATE OF r",
+            [conversation_id],
+        )
+        if cursor.fetchone() is None:
+            return None
         cursor.execute(
             "SELECT r.id, m.access_level, r.owner_user_id FROM conversations c "
             "JOIN conversations r ON r.id = c.root_id "
             "LEFT JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s "
-            "WHERE c.id = %s AND c.deleted_at IS NULL FOR UPDATE OF r",
+            "WHERE c.id = %s AND c.deleted_at IS NULL",
             [user_id, conversation_id],
         )
         row = cursor.fetchone()

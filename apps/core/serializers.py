@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import uuid
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from apps.core import errors
+from apps.core.pagination import LIMITS
 
 
 class StrictSerializer(serializers.Serializer):
@@ -31,6 +34,10 @@ class StrictCharField(serializers.CharField):
             self.fail("invalid")
         if "\x00" in data:
             raise serializers.ValidationError("must not contain NUL characters")
+        try:
+            data.encode("utf-8")  # a JSON "\ud800" escape parses to a lone surrogate, which no column can store
+        except UnicodeEncodeError:
+            raise serializers.ValidationError("must not contain lone surrogates") from None
         return super().to_internal_value(data)
 
 
@@ -42,41 +49,44 @@ class StrictIntegerField(serializers.IntegerField):
             self.fail("invalid")
         return super().to_internal_value(data)
 
+
 MAX_VALUE_NESTING = 32
 _INT64 = range(-(2**63), 2**63)
 
 
-def json_value_problem(value: Any, depth: int = 0) -> str | None:
+def json_value_problem(value: Any, depth: int = 0, *, int64: bool = True, nul: bool = True) -> str | None:
     """Why ``value`` cannot be stored and handed to the policies, or None. Values reach attributes.rego and
     authz.rego as input, which carries no NUL, no integer beyond 64 bits, no Infinity/NaN (``1e400`` parses to
-    Infinity) and limited nesting; a lone surrogate cannot be encoded as UTF-8 at all."""
+    Infinity) and limited nesting; a lone surrogate cannot be encoded as UTF-8 at all. ``int64=False`` allows
+    any integer and ``nul=False`` NUL characters, for JSON that only PostgreSQL jsonb (no NUL) or an encrypted
+    blob (anything encodable) holds."""
     if depth > MAX_VALUE_NESTING:
         return f"must not be nested deeper than {MAX_VALUE_NESTING} levels"
     if isinstance(value, str):
-        return _text_problem(value)
+        return _text_problem(value, nul)
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
-        return None if value in _INT64 else "integers must fit in 64 bits"
+        return None if not int64 or value in _INT64 else "integers must fit in 64 bits"
     if isinstance(value, float):
         return None if math.isfinite(value) else "numbers must be finite"
     if isinstance(value, dict):
         for key, item in value.items():
-            problem = _text_problem(key) or json_value_problem(item, depth + 1)
+            problem = _text_problem(key, nul) or json_value_problem(item, depth + 1, int64=int64, nul=nul)
             if problem:
                 return problem
         return None
     if isinstance(value, list):
         for item in value:
-            problem = json_value_problem(item, depth + 1)
+            problem = json_value_problem(item, depth + 1, int64=int64, nul=nul)
             if problem:
                 return problem
         return None
     return "must be JSON"
 
 
-def _text_problem(text: str) -> str | None:
-    if "\x00" in text:
+def _text_problem(text: str, nul: bool = True) -> str | None:
+    if nul and "\x00" in text:
         return "strings must not contain NUL characters"
     try:
         text.encode("utf-8")
@@ -170,3 +180,45 @@ def path_text(value: str, field: str, max_chars: int = 256) -> str:
     if not value or len(value) > max_chars or "\x00" in value:
         raise errors.validation_error({field: f"must be 1 to {max_chars} characters without NUL"})
     return value
+
+
+# --- OpenAPI: say what the strict fields enforce, so generated clients and fuzzers send what is accepted --------
+
+NO_NUL_PATTERN = r"^[^\u0000]*$"
+
+
+class StrictSerializerSchema(OpenApiSerializerExtension):
+    """Request bodies of StrictSerializer subclasses reject unknown fields: ``additionalProperties: false``."""
+
+    target_class = StrictSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        # Views validate these bodies whole, PATCH included (never partial=True): required fields stay required.
+        target = copy.copy(self.target)
+        target.partial = False
+        schema = auto_schema._map_serializer(target, direction, bypass_extensions=True)
+        schema["additionalProperties"] = False
+        return schema
+
+
+class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
+    """StrictCharField refuses NUL characters (PostgreSQL text cannot hold them)."""
+
+    target_class = StrictCharField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema, direction):
+        schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        schema["pattern"] = NO_NUL_PATTERN
+        return schema
+
+
+def limit_parameter(endpoint: str) -> OpenApiParameter:
+    """The ``limit`` query parameter of a paginated list, with the bounds apps.core.pagination enforces."""
+    bounds = LIMITS[endpoint]
+    return OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default},
+        description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}",
+    )

@@ -19,15 +19,21 @@ class UserIdField(StrictCharField):
 
 
 class MembershipCreateSerializer(StrictSerializer):
+    """POST .../memberships body. Unknown fields are rejected."""
+
     userId = UserIdField()
     accessLevel = serializers.ChoiceField(choices=LEVELS)
 
 
 class MembershipUpdateSerializer(StrictSerializer):
+    """PATCH .../memberships/{userId} body. Unknown fields are rejected."""
+
     accessLevel = serializers.ChoiceField(choices=LEVELS)
 
 
 class TransferCreateSerializer(StrictSerializer):
+    """POST /v1/ownership-transfers body. Unknown fields are rejected."""
+
     conversationId = StrictUUIDField()
     newOwnerUserId = UserIdField()
 

@@ -11,11 +11,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core import audit, errors, pagination
-from apps.core.serializers import error_responses, path_text, path_uuid
+from apps.core.openapi import EnvelopeAutoSchema
+from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_text, path_uuid
 from apps.sharing import selectors, serializers, services
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
-USER_ID = OpenApiParameter("userId", str, OpenApiParameter.PATH)
+USER_ID = OpenApiParameter(
+    "userId",
+    {"type": "string", "minLength": 1, "maxLength": serializers.MAX_USER_ID_CHARS, "pattern": NO_NUL_PATTERN},
+    OpenApiParameter.PATH,
+)
 TRANSFER_ID = OpenApiParameter("transferId", OpenApiTypes.UUID, OpenApiParameter.PATH)
 AFTER_CURSOR = OpenApiParameter("afterCursor", str, description="The previous page's afterCursor")
 
@@ -30,6 +35,7 @@ class MembershipViewSet(viewsets.ViewSet):
     """/v1/conversations/{conversationId}/memberships[/{userId}]. Memberships belong to the fork tree: the same
     members answer for every conversation of it."""
 
+    schema = EnvelopeAutoSchema()
     lookup_field = "userId"
     lookup_value_regex = r"[^/]+"
 
@@ -37,7 +43,7 @@ class MembershipViewSet(viewsets.ViewSet):
         tags=["memberships"],
         summary="List the conversation's members",
         description="Reader or above. Oldest first.",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, OpenApiParameter("limit", int, description="1..200, default 50")],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("conversation_memberships")],
         responses={200: serializers.MembershipPage, **error_responses(400, 401, 403, 404)},
     )
     def list(self, request: Request, conversationId: str) -> Response:
@@ -101,11 +107,12 @@ class MembershipViewSet(viewsets.ViewSet):
 
 
 class AdminMembershipViewSet(viewsets.ViewSet):
+    schema = EnvelopeAutoSchema()
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's members",
         description="Auditor or admin role; audit-logged.",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, OpenApiParameter("limit", int, description="1..1000, default 50")],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_memberships")],
         responses={200: serializers.MembershipPage, **error_responses(400, 401, 403, 404)},
     )
     def list(self, request: Request, conversationId: str) -> Response:
@@ -126,6 +133,7 @@ class AdminMembershipViewSet(viewsets.ViewSet):
 
 
 class OwnershipTransferViewSet(viewsets.ViewSet):
+    schema = EnvelopeAutoSchema()
     lookup_field = "transferId"
     lookup_value_regex = r"[^/]+"
 
@@ -136,7 +144,7 @@ class OwnershipTransferViewSet(viewsets.ViewSet):
         parameters=[
             OpenApiParameter("role", str, enum=list(serializers.TRANSFER_ROLES)),
             AFTER_CURSOR,
-            OpenApiParameter("limit", int, description="1..200, default 50"),
+            limit_parameter("ownership_transfers"),
         ],
         responses={200: serializers.TransferPage, **error_responses(400, 401)},
     )

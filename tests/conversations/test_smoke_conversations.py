@@ -68,3 +68,26 @@ def test_list_pages_newest_first(client_for):
 def test_unauthenticated(api):
     response = api.get(CONVERSATIONS)
     assert response.status_code == 401 and response.json()["code"] == "unauthenticated"
+
+
+def test_lone_surrogates_and_nul_are_400_not_500(client_for):
+    bob = client_for("bob")
+    raw = '{"title": "\\ud800"}'
+    response = bob.generic("POST", CONVERSATIONS, raw, content_type="application/json")
+    assert response.status_code == 400, response.content
+    cid = str(uuid.uuid4())
+    for raw in ('{"content": [{"role": "USER", "text": "\\udfff"}]}',
+                '{"content": [{"role": "USER", "text": "ok"}], "indexedContent": "\\ud800"}',
+                '{"content": [{"role": "USER", "text": "ok"}], "indexedContent": "a\\u0000b"}',
+                '{"content": [{"role": "USER", "text": "x"}], "contentType": "\\ud800"}'):
+        response = bob.generic("POST", f"{CONVERSATIONS}/{cid}/entries", raw, content_type="application/json")
+        assert response.status_code == 400, (raw, response.content)
+    # NUL inside encrypted content is fine; the title derived from it drops the NUL.
+    ok = bob.generic("POST", f"{CONVERSATIONS}/{cid}/entries", '{"content": [{"role": "USER", "text": "a\\u0000b"}]}',
+                     content_type="application/json")
+    assert ok.status_code == 201, ok.content
+    assert bob.get(f"{CONVERSATIONS}/{cid}").json()["title"] == "ab"
+    members = f"{CONVERSATIONS}/{cid}/memberships"
+    response = bob.generic("POST", members, '{"userId": "\\ud800", "accessLevel": "reader"}',
+                           content_type="application/json")
+    assert response.status_code == 400

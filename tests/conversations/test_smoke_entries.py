@@ -115,14 +115,22 @@ def test_fork_sees_parent_before_fork_point(client_for):
     bad = append(bob, other, {**entry("x"), "forkedAtConversationId": parent, "forkedAtEntryId": str(uuid.uuid4())})
     assert bad.status_code == 400
     assert bob.get(f"{CONVERSATIONS}/{other}").status_code == 404
+    # Fork fields naming an existing conversation: 400; a parent that does not exist: 400.
+    taken = append(bob, parent, {**entry("x"), "forkedAtConversationId": fork, "forkedAtEntryId": f1})
+    assert taken.status_code == 400
+    again = append(bob, fork, {**entry("f2"), "forkedAtConversationId": parent, "forkedAtEntryId": ids[2]})
+    assert again.status_code == 201  # the same fork point: a plain append
+    missing = append(bob, str(uuid.uuid4()),
+                     {**entry("x"), "forkedAtConversationId": str(uuid.uuid4()), "forkedAtEntryId": ids[0]})
+    assert missing.status_code == 400
     # Non-member cannot fork.
     denied = append(client_for("charlie"), str(uuid.uuid4()),
                     {**entry("x"), "forkedAtConversationId": parent, "forkedAtEntryId": ids[0]})
     assert denied.status_code == 403
     # Modes: latest-fork shows one per tree, all shows every conversation, roots only the root.
-    assert [c["id"] for c in bob.get(CONVERSATIONS, {"mode": "all"}).json()["data"]] == [grand, fork, parent]
+    assert [c["id"] for c in bob.get(CONVERSATIONS, {"mode": "all"}).json()["data"]] == [fork, grand, parent]
     assert [c["id"] for c in bob.get(CONVERSATIONS, {"mode": "roots"}).json()["data"]] == [parent]
-    assert [c["id"] for c in bob.get(CONVERSATIONS).json()["data"]] == [grand]
+    assert [c["id"] for c in bob.get(CONVERSATIONS).json()["data"]] == [fork]
 
 
 @pytest.mark.django_db
@@ -194,3 +202,38 @@ def test_32_concurrent_appends_keep_every_entry_in_commit_order(client_for):
     created = [datetime.fromisoformat(item["createdAt"]) for item in listed]
     assert created == sorted(created) and len(set(created)) == len(created), "entries share or reorder timestamps"
     assert [item["id"] for item in listed] == [entry_id for _, entry_id in sorted(returned)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_32_concurrent_fork_creations_of_one_id_make_one_fork(client_for):
+    bob = client_for("bob")
+    parent = str(uuid.uuid4())
+    append(bob, parent, entry("p0"))
+    point = append(bob, parent, entry("p1")).json()["id"]  # the fork sees the entries before it: p0
+    fork = str(uuid.uuid4())
+    statuses: list[int] = []
+
+    def write(index: int) -> None:
+        body = {**entry(f"f{index}"), "forkedAtConversationId": parent, "forkedAtEntryId": point}
+        statuses.append(append(client_for("bob"), fork, body).status_code)
+
+    _run_threads(write, WRITERS)
+    assert statuses == [201] * WRITERS
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM conversations WHERE id = %s", [fork])
+        assert cursor.fetchone()[0] == 1
+    seen = texts(bob, fork, limit=200)
+    assert seen[0] == "p0" and "p1" not in seen and len(seen) == 1 + WRITERS
+
+
+@pytest.mark.django_db
+def test_latest_fork_with_a_query_picks_the_latest_matching_conversation_of_each_tree(client_for):
+    bob = client_for("bob")
+    root = str(uuid.uuid4())
+    first = append(bob, root, entry("Lisbon trip")).json()["id"]
+    append(bob, root, entry("more"))
+    fork = str(uuid.uuid4())
+    append(bob, fork, {**entry("Porto instead"), "forkedAtConversationId": root, "forkedAtEntryId": first})
+    assert [c["id"] for c in bob.get(CONVERSATIONS).json()["data"]] == [fork]
+    assert [c["id"] for c in bob.get(CONVERSATIONS, {"query": "lisbon"}).json()["data"]] == [root]
+    assert [c["id"] for c in bob.get(CONVERSATIONS, {"query": "PORTO"}).json()["data"]] == [fork]
