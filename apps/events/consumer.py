@@ -106,6 +106,10 @@ class EventStreamConsumer(AsyncHttpConsumer):
             await self._start(headers)
         except errors.ApiError as error:
             await self._send_error(error)
+        except Exception:
+            # Like the REST API: a JSON 500 with the request id, never a bare server error page.
+            logger.exception("event stream failed to start")
+            await self._send_error(errors.ApiError(500, "Internal server error."))
         finally:
             reset_request_id(token)
 

@@ -112,6 +112,8 @@ class Hub:
         self.positions: dict[str, str] = {}  # user -> id of the last entry read from the user's stream
         self.wake_key = f"{streams.prefix()}w:{uuid.uuid4().hex}"
         self.task: asyncio.Task | None = None
+        self.generation = 0  # bumped when the reader must stop; a reader only runs for its own generation
+        self._background: set[asyncio.Task] = set()
 
     async def register(self, subscriber: Subscriber) -> None:
         """Start delivering the user's entries after the stream's current end. Raises ``redis.RedisError`` when
@@ -124,7 +126,7 @@ class Hub:
             self.positions.setdefault(user, last[0][0].decode() if last else "0-0")
         self.subscribers.setdefault(user, set()).add(subscriber)
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run(), name="sse-hub")
+            self.task = asyncio.get_running_loop().create_task(self._run(self.generation), name="sse-hub")
         elif new_user:
             await self._wake()
 
@@ -137,15 +139,24 @@ class Hub:
             del self.subscribers[subscriber.user_id]
             self.positions.pop(subscriber.user_id, None)
         if not self.subscribers and self.task is not None:
-            # Cancelling the blocked XREAD drops its connection: nothing of this hub stays open in Redis.
-            self.task.cancel()
+            # The reader ends and closes its connection, so an idle process holds nothing in Redis. Not by
+            # cancelling it (redis-py finishes a blocked read first, up to the block timeout): a new generation
+            # retires it and the wake stream unblocks its read at once.
+            self.generation += 1
             self.task = None
+            wake = asyncio.get_running_loop().create_task(self._wake())
+            self._background.add(wake)
+            wake.add_done_callback(self._background.discard)
 
     async def _wake(self) -> None:
-        try:
-            await get_async_client().xadd(self.wake_key, {"w": b"1"}, maxlen=1, approximate=False)
-        except redis.RedisError:
-            pass  # the reader is failing too and picks up the new user when it recovers
+        # Twice: after a Redis restart the first attempt may take a dead pooled connection (and drop it).
+        for _attempt in range(2):
+            try:
+                await get_async_client().xadd(self.wake_key, {"w": b"1"}, maxlen=1, approximate=False)
+                await get_async_client().expire(self.wake_key, 3600)
+                return
+            except redis.RedisError:
+                continue  # if Redis is down the reader is failing too; it re-reads its state when it recovers
 
     async def _tick(self) -> None:
         """Keepalives for every idle subscriber of this process, checked a few times per interval."""
@@ -157,7 +168,7 @@ class Hub:
                 for subscriber in list(subscribers):
                     subscriber.keepalive_due(now)
 
-    async def _run(self) -> None:
+    async def _run(self, generation: int) -> None:
         connection = new_async_connection(
             name=f"sse-hub:{os.getpid()}:{self.wake_key[-8:]}", socket_timeout=_BLOCK_MS / 1000 + 5
         )
@@ -165,7 +176,7 @@ class Hub:
         read_count = max(1, min(_MAX_READ_COUNT, settings.SSE_BUFFER_EVENTS))
         ticker = asyncio.get_running_loop().create_task(self._tick(), name="sse-keepalive")
         try:
-            while self.subscribers:
+            while self.subscribers and generation == self.generation:
                 keys = {streams.stream_key(user): position for user, position in self.positions.items()}
                 keys[self.wake_key] = "$"
                 try:
