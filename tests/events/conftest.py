@@ -199,6 +199,17 @@ class User:
         return SSEClient(on or self.server, f"/v1/events{query}", self.headers, **kwargs)
 
 
+_open_streams: list[SSEClient] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_streams() -> Iterator[None]:
+    """Every stream a test opened is closed when it ends, passed or failed, so none leaks into the next test."""
+    yield
+    while _open_streams:
+        _open_streams.pop().close()
+
+
 @pytest.fixture
 def make_user(server) -> Any:
     def make(prefix: str = "u") -> User:
@@ -231,6 +242,7 @@ class SSEClient:
         receive_buffer: int | None = None,
         read: bool = True,
     ) -> None:
+        _open_streams.append(self)
         self.messages: queue.Queue[Message | None] = queue.Queue()
         self.closed = threading.Event()
         self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
