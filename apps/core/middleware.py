@@ -68,7 +68,33 @@ def _route_of(request: HttpRequest) -> str:
     match = getattr(request, "resolver_match", None)
     if match is None or not match.route or match.url_name == "unmatched":
         return "unmatched"
-    return "/" + match.route.lstrip("^").rstrip("$")
+    return "/" + _named_groups_as_placeholders(match.route.replace("^", "").replace("$", ""))
+
+
+def _named_groups_as_placeholders(route: str) -> str:
+    """``conversations/(?P<conversationId>(?!search$)[^/]+)/entries`` (a DRF router's regex) →
+    ``conversations/{conversationId}/entries``, like the OpenAPI paths."""
+    out: list[str] = []
+    index = 0
+    while (start := route.find("(?P<", index)) != -1:
+        name_end = route.find(">", start)
+        depth, position = 0, start
+        while position < len(route):
+            char = route[position]
+            if char == "\\":
+                position += 2
+                continue
+            if char == "(":
+                depth += 1
+            elif char == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            position += 1
+        out.append(route[index:start] + "{" + route[start + 4 : name_end] + "}")
+        index = position + 1
+    out.append(route[index:])
+    return "".join(out)
 
 
 class BodySizeLimitMiddleware:

@@ -91,3 +91,12 @@ def test_lone_surrogates_and_nul_are_400_not_500(client_for):
     response = bob.generic("POST", members, '{"userId": "\\ud800", "accessLevel": "reader"}',
                            content_type="application/json")
     assert response.status_code == 400
+
+
+def test_metrics_name_routes_like_the_openapi_paths(client_for, api):
+    bob = client_for("bob")
+    cid = bob.post(CONVERSATIONS, {}, format="json").json()["id"]
+    assert bob.get(f"{CONVERSATIONS}/{cid}/memberships").status_code == 200
+    text = api.get("/metrics").content.decode()
+    assert 'route="/v1/conversations/{conversationId}/memberships"' in text
+    assert cid not in text
