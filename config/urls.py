@@ -20,6 +20,8 @@ urlpatterns = [
     path("v1/", include("apps.conversations.urls")),
     path("v1/", include("apps.sharing.urls")),
     path("v1/", include("apps.attachments.urls")),
+    # Served by the ASGI consumer (apps.events.routing); listed here for OpenAPI and WSGI-only callers.
+    path("v1/", include("apps.events.urls")),
     # Last: every unknown path is a JSON 404, with DEBUG on or off.
     re_path(r"^", core_views.handler404, name="unmatched"),
 ]

@@ -29,6 +29,11 @@ INDEXER_LAG = Gauge(
     "memory_indexer_lag_seconds", "Age of the oldest memory version waiting to be embedded.", multiprocess_mode="livemax"
 )
 SSE_CONNECTIONS = Gauge("sse_connections", "Open server-sent-event streams.", multiprocess_mode="livesum")
+SSE_EVENTS_SENT = Counter("sse_events_sent_total", "Events written to server-sent-event streams.")
+SSE_DISCONNECTS = Counter(
+    "sse_closed_by_server_total", "Streams the server closed (evicted, connection limit).", ["reason"]
+)
+SSE_PUBLISH_FAILURES = Counter("sse_publish_failures_total", "Committed events that could not be sent to Redis.")
 
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:

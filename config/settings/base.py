@@ -199,6 +199,17 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the structured JSON logging of 
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict = {}
 
+# --- Live event stream (D8) -------------------------------------------------------------------------------------
+SSE_KEEPALIVE_SECONDS = float(env_str("SSE_KEEPALIVE_SECONDS", "15"))
+SSE_RETENTION_SECONDS = env_int("SSE_RETENTION_SECONDS", 300)
+SSE_MAX_CONNECTIONS_PER_USER = env_int("SSE_MAX_CONNECTIONS_PER_USER", 5)
+SSE_BUFFER_EVENTS = env_int("SSE_BUFFER_EVENTS", 256)
+# An evicted client that does not read its final `evicted` event within this long is dropped without it.
+SSE_EVICTION_GRACE_SECONDS = float(env_str("SSE_EVICTION_GRACE_SECONDS", "10"))
+# After Redis refused an event, writes skip publishing for this long (their recipients get `invalidate` later).
+SSE_PUBLISH_BACKOFF_SECONDS = float(env_str("SSE_PUBLISH_BACKOFF_SECONDS", "5"))
+SSE_REDIS_PREFIX = env_str("SSE_REDIS_PREFIX", "sse:")
+
 # --- Logging ----------------------------------------------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOG_FORMAT = env_str("LOG_FORMAT", "json")  # json | text

@@ -31,36 +31,41 @@ class ServiceAuthentication(BaseAuthentication):
     """
 
     def authenticate(self, request: Request) -> tuple[Principal, tokens.VerifiedToken] | None:
-        authorization = request.META.get("HTTP_AUTHORIZATION", "")
-        api_key = request.META.get(_API_KEY_META)
-        if not authorization:
-            if api_key is not None:
-                raise errors.unauthenticated("An API key must be sent together with a Bearer token.")
-            return None
-
-        scheme, _, credentials = authorization.partition(" ")
-        credentials = credentials.strip()
-        if scheme.lower() != "bearer" or not credentials or " " in credentials:
-            raise errors.unauthenticated("The Authorization header must be 'Bearer <token>'.")
-        try:
-            verified = tokens.verify_token(credentials)
-        except tokens.TokenError as exc:
-            raise errors.unauthenticated(str(exc)) from None
-
-        client_id = None
-        if api_key is not None:
-            client_id = api_keys.authenticate_key(api_key.strip())
-            if client_id is None:
-                raise errors.unauthenticated("The API key is not valid.")
-
-        principal = Principal(
-            user_id=verified.user_id, client_id=client_id, roles=verified.roles, raw_claims=verified.claims
-        )
-        return principal, verified
+        return authenticate_credentials(request.META.get("HTTP_AUTHORIZATION", ""), request.META.get(_API_KEY_META))
 
     def authenticate_header(self, request: Request) -> str:
         # Non-None keeps DRF answering 401 (not 403) when credentials are missing.
         return 'Bearer realm="memory-service"'
+
+
+def authenticate_credentials(authorization: str, api_key: str | None) -> tuple[Principal, tokens.VerifiedToken] | None:
+    """The rules of :class:`ServiceAuthentication` on raw header values, for callers outside DRF (the ASGI event
+    stream). None = anonymous; raises ``ApiError`` (401) for bad credentials. Synchronous: it may read the API-key
+    table and fetch the issuer's keys."""
+    if not authorization:
+        if api_key is not None:
+            raise errors.unauthenticated("An API key must be sent together with a Bearer token.")
+        return None
+
+    scheme, _, credentials = authorization.partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() != "bearer" or not credentials or " " in credentials:
+        raise errors.unauthenticated("The Authorization header must be 'Bearer <token>'.")
+    try:
+        verified = tokens.verify_token(credentials)
+    except tokens.TokenError as exc:
+        raise errors.unauthenticated(str(exc)) from None
+
+    client_id = None
+    if api_key is not None:
+        client_id = api_keys.authenticate_key(api_key.strip())
+        if client_id is None:
+            raise errors.unauthenticated("The API key is not valid.")
+
+    principal = Principal(
+        user_id=verified.user_id, client_id=client_id, roles=verified.roles, raw_claims=verified.claims
+    )
+    return principal, verified
 
 
 class ServiceAuthenticationScheme(OpenApiAuthenticationExtension):

@@ -1,0 +1,276 @@
+"""``GET /v1/events``: the live event stream (D8) as an ASGI-native Channels consumer.
+
+Served by config.asgi next to the REST API on the same port (apps.events.routing). Per connection:
+
+1. Authenticate exactly like every REST endpoint (apps.core.auth.authentication, run in a worker thread: it may
+   read the API-key table or fetch the issuer's keys); errors are D1 JSON bodies.
+2. Subscribe to the process's hub (apps.events.hub) *before* anything is replayed, so no entry falls between the
+   replay and the live feed; the per-connection floor (the last replayed id) drops the overlap.
+3. Claim a slot of the user's ``SSE_MAX_CONNECTIONS_PER_USER`` in Redis; the oldest streams beyond the limit get a
+   close message through the user's stream, wherever they are served.
+4. Replay after ``Last-Event-ID`` when it is still retained, else send one ``invalidate``.
+5. Write events as they come, a ``: keepalive`` comment after ``SSE_KEEPALIVE_SECONDS`` of silence; end after an
+   ``evicted`` event (slow consumer, connection limit). A client disconnect cancels the writer; every exit
+   unsubscribes and releases the slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+import uuid
+from urllib.parse import parse_qs
+
+import redis
+from channels.db import database_sync_to_async
+from channels.generic.http import AsyncHttpConsumer
+from django.conf import settings
+
+from apps.core import errors, metrics
+from apps.core.auth.authentication import authenticate_credentials
+from apps.core.logging import reset_request_id, set_request_id
+from apps.core.redis_client import get_async_client
+from apps.events import streams
+from apps.events.hub import KEEPALIVE_ITEM, Item, Subscriber, get_hub
+from apps.events.streams import kind_of
+
+logger = logging.getLogger(__name__)
+access_log = logging.getLogger("apps.access")
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_ROUTE = "/v1/events"
+_REPLAY_PAGE = 500
+
+# Atomically: register the connection with a global sequence number, then pop the oldest beyond the limit.
+_CLAIM_SLOT = """
+local seq = redis.call('INCR', KEYS[2])
+redis.call('ZADD', KEYS[1], seq, ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+local excess = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[2])
+if excess > 0 then
+  return redis.call('ZPOPMIN', KEYS[1], excess)
+end
+return {}
+"""
+
+
+def _slot_ttl() -> int:
+    # Refreshed at every keepalive; a slot set left by a crashed process expires on its own.
+    return int(max(60, 4 * settings.SSE_KEEPALIVE_SECONDS))
+
+
+class EventStreamConsumer(AsyncHttpConsumer):
+    # No channel layer: a per-connection channel would be one more Redis poller per client; the hub fans out.
+    channel_layer_alias = "__sse_has_no_channel_layer__"
+
+    async def __call__(self, scope, receive, send) -> None:
+        self._finished = asyncio.Event()
+        self._writer: asyncio.Task | None = None
+
+        async def receive_or_finished():
+            # When the writer ends the stream itself, the consumer must stop too; uvicorn only reports a
+            # disconnect for a completed response once asked, so the writer's end counts as one.
+            incoming = asyncio.ensure_future(receive())
+            finished = asyncio.ensure_future(self._finished.wait())
+            done, _ = await asyncio.wait({incoming, finished}, return_when=asyncio.FIRST_COMPLETED)
+            if incoming in done:
+                finished.cancel()
+                return incoming.result()
+            incoming.cancel()
+            return {"type": "http.disconnect"}
+
+        await super().__call__(scope, receive_or_finished, send)
+
+    async def http_request(self, message) -> None:
+        # Channels' version stops the consumer when handle() returns; the stream outlives it.
+        if message.get("more_body"):
+            return
+        await self.handle(b"")
+
+    async def disconnect(self) -> None:
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+
+    async def handle(self, body: bytes) -> None:
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.scope["headers"]}
+        supplied = headers.get("x-request-id", "")
+        self.request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
+        token = set_request_id(self.request_id)
+        try:
+            await self._start(headers)
+        except errors.ApiError as error:
+            await self._send_error(error)
+        except Exception:
+            # Like the REST API: a JSON 500 with the request id, never a bare server error page.
+            logger.exception("event stream failed to start")
+            await self._send_error(errors.ApiError(500, "Internal server error."))
+        finally:
+            reset_request_id(token)
+
+    async def _start(self, headers: dict[str, str]) -> None:
+        if self.scope["method"] != "GET":
+            raise errors.ApiError(405, f"Method {self.scope['method']} is not allowed.", headers={"Allow": "GET"})
+        authenticated = await database_sync_to_async(authenticate_credentials, thread_sensitive=False)(
+            headers.get("authorization", ""), headers.get("x-api-key")
+        )
+        if authenticated is None:
+            raise errors.unauthenticated()
+        principal = authenticated[0]
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        try:
+            kinds = streams.parse_kinds(query["kinds"][-1] if "kinds" in query else None)
+        except ValueError as exc:
+            raise errors.validation_error({"kinds": str(exc)}) from None
+
+        subscriber = Subscriber(user_id=principal.user_id, kinds=kinds, on_close=self._arm_eviction_deadline)
+        hub = get_hub()
+        try:
+            await hub.register(subscriber)
+            evicted = await get_async_client().eval(
+                _CLAIM_SLOT,
+                2,
+                streams.connections_key(subscriber.user_id),
+                streams.sequence_key(),
+                subscriber.connection_id,
+                settings.SSE_MAX_CONNECTIONS_PER_USER,
+                _slot_ttl(),
+            )
+        except redis.RedisError as exc:
+            hub.unregister(subscriber)
+            logger.warning("event stream cannot reach Redis", extra={"error": type(exc).__name__, "detail": str(exc)})
+            raise errors.unavailable("The event stream is temporarily unavailable.") from None
+        await self.send_headers(
+            status=200,
+            headers=[
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"),  # proxies (nginx) must not buffer the stream
+                (b"x-request-id", self.request_id.encode()),
+            ],
+        )
+        await self.send_body(b"", more_body=True)
+        self._writer = asyncio.get_running_loop().create_task(
+            self._stream(subscriber, evicted[0::2], headers.get("last-event-id", "").strip()), name="sse-writer"
+        )
+
+    def _arm_eviction_deadline(self) -> None:
+        """An evicted client may be stuck not reading (its writer blocked on a full socket): past the grace period
+        the writer is cancelled, which unsubscribes it and ends the response without the final event."""
+
+        def abort() -> None:
+            if self._writer is not None and not self._writer.done():
+                logger.info("evicted client did not read its last event; dropped")
+                self._writer.cancel()
+
+        asyncio.get_running_loop().call_later(settings.SSE_EVICTION_GRACE_SECONDS, abort)
+
+    async def _send_error(self, error: errors.ApiError) -> None:
+        response_headers = [(b"content-type", b"application/json"), (b"x-request-id", self.request_id.encode())]
+        response_headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+        await self.send_response(error.status, json.dumps(errors.body(error)).encode(), headers=response_headers)
+        access_log.info("request", extra={"method": self.scope["method"], "route": _ROUTE, "status": error.status})
+        self._finished.set()
+
+    async def _stream(self, subscriber: Subscriber, evicted: list[bytes], last_event_id: str) -> None:
+        hub = get_hub()
+        client = get_async_client()
+        started = time.perf_counter()
+        metrics.SSE_CONNECTIONS.inc()
+        reason = "client"
+        try:
+            if evicted:
+                await _close_connections(client, subscriber.user_id, [member.decode() for member in evicted])
+            floor = await self._replay(client, subscriber, last_event_id) if last_event_id else None
+            while True:
+                item = await subscriber.next()
+                if item is KEEPALIVE_ITEM:
+                    await self.send_body(streams.KEEPALIVE, more_body=True)
+                    with contextlib.suppress(redis.RedisError):
+                        await client.expire(streams.connections_key(subscriber.user_id), _slot_ttl())
+                    continue
+                if floor is not None and item.entry_id is not None:
+                    if streams.entry_id_key(item.entry_id) <= floor:
+                        continue  # already replayed
+                    floor = None
+                if item.close_reason is not None:
+                    reason = item.close_reason
+                    metrics.SSE_DISCONNECTS.labels(reason).inc()
+                    await self._write_final(item)
+                    return
+                await self.send_body(streams.sse_block(item.payload, item.entry_id), more_body=True)
+                metrics.SSE_EVENTS_SENT.inc()
+        finally:
+            hub.unregister(subscriber)
+            metrics.SSE_CONNECTIONS.dec()
+            with contextlib.suppress(redis.RedisError, RuntimeError):
+                await asyncio.shield(client.zrem(streams.connections_key(subscriber.user_id), subscriber.connection_id))
+            token = set_request_id(self.request_id)
+            access_log.info(
+                "request",
+                extra={
+                    "method": "GET",
+                    "route": _ROUTE,
+                    "status": 200,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    "closed_by": reason,
+                },
+            )
+            reset_request_id(token)
+            self._finished.set()
+
+    async def _write_final(self, item: Item) -> None:
+        """The ``evicted`` event, then the end of the response (bounded by the deadline armed at eviction)."""
+        await self.send_body(streams.sse_block(item.payload), more_body=True)
+        await self.send_body(b"", more_body=False)
+
+    async def _replay(self, client, subscriber: Subscriber, last_event_id: str) -> tuple[int, int] | None:
+        """Send what the client missed after ``last_event_id``; returns the last id sent (the floor below which
+        live entries are duplicates), or None after an ``invalidate``."""
+        key = streams.stream_key(subscriber.user_id)
+        if streams.resumable(last_event_id):
+            try:
+                entries = await client.xrange(key, min=last_event_id, max="+", count=_REPLAY_PAGE)
+            except redis.RedisError:
+                entries = []
+        else:
+            entries = []
+        if not entries or entries[0][0].decode() != last_event_id:
+            # Trimmed past retention, expired, from another Redis, or not an id we issued: refetch.
+            await self.send_body(streams.sse_block(streams.stream_event("invalidate")), more_body=True)
+            return None
+        floor = streams.entry_id_key(last_event_id)
+        more = len(entries) == _REPLAY_PAGE
+        entries = entries[1:]
+        while entries:
+            for raw_id, fields in entries:
+                # Control messages in the history were addressed to older connections: skip them.
+                payload = fields.get(b"e")
+                if payload is not None and subscriber.wants(kind_of(payload)):
+                    await self.send_body(streams.sse_block(payload, raw_id.decode()), more_body=True)
+                    metrics.SSE_EVENTS_SENT.inc()
+            last = entries[-1][0].decode()
+            floor = streams.entry_id_key(last)
+            if not more:
+                break
+            entries = await client.xrange(key, min=f"({last}", max="+", count=_REPLAY_PAGE)
+            more = len(entries) == _REPLAY_PAGE
+        return floor
+
+
+async def _close_connections(client, user_id: str, connection_ids: list[str]) -> None:
+    """Tell the user's oldest streams (any process) to end, through the user's stream their hubs read."""
+    minid = int(time.time() * 1000) - streams.retention_ms()
+    pipe = client.pipeline(transaction=False)
+    for connection_id in connection_ids:
+        pipe.xadd(
+            streams.stream_key(user_id), {"c": json.dumps({"close": connection_id})}, minid=minid, approximate=True
+        )
+    pipe.expire(streams.stream_key(user_id), streams.stream_ttl_seconds())
+    with contextlib.suppress(redis.RedisError):
+        await pipe.execute()

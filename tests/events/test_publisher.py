@@ -1,0 +1,191 @@
+"""apps.events.publisher in-process: who receives what, after commit only, and a failing Redis never fails a write.
+Also the WSGI fallback of GET /v1/events and its OpenAPI description (Django's test client)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import redis
+from django.db import connection, transaction
+
+from apps.core.redis_client import get_client
+from apps.events import publisher, streams
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_publisher():
+    publisher.reset_for_tests()
+    yield
+    publisher.reset_for_tests()
+
+
+def _conversation(members: dict[str, str]) -> str:
+    """A conversation row and its memberships, inserted like the conversations and sharing apps do."""
+    conversation_id = str(uuid.uuid4())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO conversations (id, root_id, owner_user_id, title, metadata, created_at, updated_at) "
+            "VALUES (%s, %s, %s, 't', '{}'::jsonb, now(), now())",
+            [conversation_id, conversation_id, next(iter(members))],
+        )
+        for user, level in members.items():
+            cursor.execute(
+                "INSERT INTO conversation_memberships (id, root_id, user_id, access_level, created_at) "
+                "VALUES (gen_random_uuid(), %s, %s, %s, now())",
+                [conversation_id, user, level],
+            )
+    return conversation_id
+
+
+def _user(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _received(user: str) -> list[dict]:
+    return [json.loads(fields[b"e"]) for _id, fields in get_client().xrange(streams.stream_key(user))]
+
+
+def test_entry_events_reach_every_member_after_commit_only():
+    owner, reader, stranger = _user("owner"), _user("reader"), _user("stranger")
+    conversation = _conversation({owner: "owner", reader: "reader"})
+    with transaction.atomic():
+        publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "e1"})
+        assert _received(owner) == []  # nothing before commit
+    expected = {"event": "created", "kind": "entry", "data": {"conversationId": conversation, "entryId": "e1"}}
+    assert _received(owner) == [expected]
+    assert _received(reader) == [expected]
+    assert _received(stranger) == []
+
+
+def test_rolled_back_write_sends_nothing():
+    owner = _user("owner")
+    conversation = _conversation({owner: "owner"})
+    with pytest.raises(RuntimeError), transaction.atomic():
+        publisher.publish("updated", "conversation", {"conversationId": conversation})
+        raise RuntimeError("the write fails")
+    assert _received(owner) == []
+
+
+def test_membership_events_reach_the_affected_user_owners_and_managers():
+    owner, manager, writer, newcomer = _user("o"), _user("m"), _user("w"), _user("n")
+    conversation = _conversation({owner: "owner", manager: "manager", writer: "writer"})
+    with transaction.atomic():
+        publisher.publish(
+            "created", "membership", {"conversationId": conversation, "userId": newcomer, "accessLevel": "reader"}
+        )
+    for user in (owner, manager, newcomer):
+        assert [event["kind"] for event in _received(user)] == ["membership"]
+    assert _received(writer) == []
+
+
+def test_a_removed_member_resolved_before_the_delete_still_gets_the_event():
+    owner, leaving = _user("o"), _user("l")
+    conversation = _conversation({owner: "owner", leaving: "reader"})
+    with transaction.atomic():
+        publisher.publish(
+            "deleted", "membership", {"conversationId": conversation, "userId": leaving, "accessLevel": "reader"}
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM conversation_memberships WHERE user_id = %s", [leaving])
+    assert [event["event"] for event in _received(leaving)] == ["deleted"]
+
+
+def test_contract_violations_raise():
+    with pytest.raises(ValueError):
+        publisher.publish("renamed", "entry", {"conversationId": str(uuid.uuid4())})
+    with pytest.raises(ValueError):
+        publisher.publish("created", "attachment", {"conversationId": str(uuid.uuid4())})
+    with pytest.raises(ValueError):
+        publisher.publish("created", "entry", {"entryId": "x"})
+
+
+def test_redis_failure_never_fails_the_write_and_the_recipients_get_invalidate_later(monkeypatch):
+    owner = _user("owner")
+    conversation = _conversation({owner: "owner"})
+    real_pipeline = redis.Redis.pipeline
+
+    def broken_pipeline(self, *args, **kwargs):
+        pipe = real_pipeline(self, *args, **kwargs)
+
+        def fail():
+            raise redis.ConnectionError("Redis is down")
+
+        pipe.execute = fail
+        return pipe
+
+    monkeypatch.setattr(redis.Redis, "pipeline", broken_pipeline)
+    with transaction.atomic():
+        publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "lost"})
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE conversations SET title = 'kept' WHERE id = %s", [conversation])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT title FROM conversations WHERE id = %s", [conversation])
+        assert cursor.fetchone()[0] == "kept"  # the write committed
+    monkeypatch.setattr(redis.Redis, "pipeline", real_pipeline)
+    monkeypatch.setattr(publisher, "_paused_until", 0.0)  # the backoff has passed
+    with transaction.atomic():
+        publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "next"})
+    assert _received(owner) == [
+        {"event": "invalidate", "kind": "stream", "data": {}},
+        {"event": "created", "kind": "entry", "data": {"conversationId": conversation, "entryId": "next"}},
+    ]
+
+
+def test_publishing_pauses_after_a_failure_instead_of_timing_out_every_write(monkeypatch, settings):
+    owner = _user("owner")
+    conversation = _conversation({owner: "owner"})
+    calls = []
+    real_pipeline = redis.Redis.pipeline
+
+    def broken_pipeline(self, *args, **kwargs):
+        calls.append(1)
+        pipe = real_pipeline(self, *args, **kwargs)
+        pipe.execute = lambda: (_ for _ in ()).throw(redis.TimeoutError("slow"))
+        return pipe
+
+    monkeypatch.setattr(redis.Redis, "pipeline", broken_pipeline)
+    settings.SSE_PUBLISH_BACKOFF_SECONDS = 60
+    for index in range(5):
+        with transaction.atomic():
+            publisher.publish("created", "entry", {"conversationId": conversation, "entryId": f"e{index}"})
+    assert len(calls) == 1
+
+
+# --- WSGI fallback and OpenAPI ----------------------------------------------------------------------------------
+
+
+def test_wsgi_fallback_authenticates_and_streams(api, client_for, settings):
+    response = api.get("/v1/events")
+    assert response.status_code == 401 and response.json()["code"] == "unauthenticated"
+
+    user = _user("wsgi")
+    conversation = _conversation({user: "owner"})
+    settings.SSE_KEEPALIVE_SECONDS = 0.2
+    response = client_for(user).get("/v1/events?kinds=entry")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/event-stream")
+    chunks = iter(response.streaming_content)
+    assert next(chunks) == b": keepalive\n\n"
+    with transaction.atomic():
+        publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "e1"})
+    block = next(chunks)
+    while block == b": keepalive\n\n":
+        block = next(chunks)
+    lines = block.decode().split("\n")
+    assert lines[0].startswith("id: ") and lines[2:] == ["", ""]
+    assert json.loads(lines[1][len("data: ") :])["data"]["entryId"] == "e1"
+    response.close()
+
+    assert client_for(user).get("/v1/events?kinds=nope").status_code == 400
+
+
+def test_openapi_describes_the_stream(api):
+    schema = api.get("/openapi.json").json()
+    operation = schema["paths"]["/v1/events"]["get"]
+    assert "text/event-stream" in operation["responses"]["200"]["content"]
+    assert {parameter["name"] for parameter in operation["parameters"]} >= {"kinds", "Last-Event-ID"}
+    assert "401" in operation["responses"]

@@ -1,0 +1,396 @@
+"""GET /v1/events (D8) against real uvicorn processes: delivery, scoping, filters, keepalive, resume, limits."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from apps.core.redis_client import get_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _events(stream, count, timeout=5.0):
+    return [message.data for message in stream.events(count, timeout)]
+
+
+# --- Authentication and request validation ----------------------------------------------------------------------
+
+
+def test_without_credentials_is_401_json(server):
+    from tests.events.conftest import SSEClient
+
+    stream = SSEClient(server, "/v1/events", {})
+    assert stream.status == 401
+    assert stream.content_type.startswith("application/json")
+    assert stream.body["code"] == "unauthenticated" and stream.body["requestId"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Authorization": "Bearer not-a-jwt"},
+        {"Authorization": "Basic YWxpY2U6YWxpY2U="},
+        {"X-API-Key": "test-api-key-0123456789"},  # a key names a client, never a user
+    ],
+)
+def test_bad_credentials_are_401(server, headers):
+    from tests.events.conftest import SSEClient
+
+    stream = SSEClient(server, "/v1/events", headers)
+    assert stream.status == 401
+    assert stream.body["code"] == "unauthenticated"
+
+
+def test_api_key_is_checked_like_every_endpoint(make_user, api_key):
+    from tests.events.conftest import SSEClient
+
+    alice = make_user()
+    bad = SSEClient(alice.server, "/v1/events", {**alice.headers, "X-API-Key": "wrong-key-0123456789"})
+    assert bad.status == 401
+    good = SSEClient(alice.server, "/v1/events", {**alice.headers, "X-API-Key": api_key})
+    assert good.status == 200
+    good.close()
+
+
+def test_unknown_kind_is_400_and_other_methods_405(make_user, server):
+    alice = make_user()
+    stream = alice.stream("?kinds=entry,bogus")
+    assert stream.status == 400
+    assert stream.body["code"] == "validation_error" and "kinds" in stream.body["details"]["fields"]
+    status, body = alice.call("POST", "/v1/events", {})
+    assert status == 405 and body["code"] == "method_not_allowed"
+
+
+# --- Delivery and scoping ---------------------------------------------------------------------------------------
+
+
+def test_member_receives_conversation_and_entry_events_within_a_second(make_user):
+    alice, bob = make_user("alice"), make_user("bob")
+    stream = alice.stream()
+    assert stream.status == 200 and stream.content_type.startswith("text/event-stream")
+    conversation = alice.create_conversation()
+    created = _events(stream, 2)
+    assert {"event": "created", "kind": "conversation", "data": {"conversationId": conversation}} in created
+    assert {
+        "event": "created",
+        "kind": "membership",
+        "data": {"conversationId": conversation, "userId": alice.name, "accessLevel": "owner"},
+    } in created
+
+    alice.share(conversation, bob, "writer")
+    assert stream.next().data["kind"] == "membership"
+    bob_stream = bob.stream()
+    started = time.monotonic()
+    entry = bob.append(conversation, "secret words")
+    for receiver in (stream, bob_stream):
+        message = receiver.next(timeout=1.0)
+        assert message.data == {
+            "event": "created",
+            "kind": "entry",
+            "data": {"conversationId": conversation, "entryId": entry["id"]},
+        }
+        assert message.id  # resumable
+        assert message.received_at - started < 1.0
+        assert "secret" not in str(message.data)  # ids only, never content
+    stream.close()
+    bob_stream.close()
+
+
+def test_non_member_receives_nothing(make_user):
+    alice, mallory = make_user("alice"), make_user("mallory")
+    watcher = mallory.stream()
+    conversation = alice.create_conversation()
+    alice.append(conversation)
+    status, _ = alice.call("PATCH", f"/v1/conversations/{conversation}", {"title": "renamed"})
+    assert status == 200
+    assert watcher.quiet(1.0) == []
+    watcher.close()
+
+
+def test_removed_member_stops_receiving(make_user):
+    alice, bob = make_user("alice"), make_user("bob")
+    conversation = alice.create_conversation()
+    alice.share(conversation, bob)
+    stream = bob.stream()
+    alice.append(conversation, "one")
+    assert stream.next().data["kind"] == "entry"
+    status, _ = alice.call("DELETE", f"/v1/conversations/{conversation}/memberships/{bob.name}")
+    assert status == 204
+    # Bob learns he was removed (the affected user receives membership events), then nothing more.
+    assert stream.next().data == {
+        "event": "deleted",
+        "kind": "membership",
+        "data": {"conversationId": conversation, "userId": bob.name, "accessLevel": "reader"},
+    }
+    alice.append(conversation, "two")
+    assert stream.quiet(1.0) == []
+    stream.close()
+
+
+def test_membership_events_go_to_the_affected_user_and_managers_only(make_user):
+    alice, bob, carol, dave = (make_user(n) for n in ("alice", "bob", "carol", "dave"))
+    conversation = alice.create_conversation()
+    alice.share(conversation, bob, "manager")
+    alice.share(conversation, carol, "reader")
+    streams = {user.name: user.stream("?kinds=membership") for user in (alice, bob, carol, dave)}
+    alice.share(conversation, dave, "writer")
+    for name in (alice.name, bob.name, dave.name):
+        assert streams[name].next().data["data"]["userId"] == dave.name
+    assert streams[carol.name].quiet(0.8) == []  # a reader does not see who else joins
+    for stream in streams.values():
+        stream.close()
+
+
+def test_kinds_filter(make_user):
+    alice = make_user()
+    entries_only = alice.stream("?kinds=entry")
+    conversations_only = alice.stream("?kinds=conversation")
+    conversation = alice.create_conversation()
+    entry = alice.append(conversation)
+    assert conversations_only.next().data["kind"] == "conversation"
+    assert entries_only.next().data == {
+        "event": "created",
+        "kind": "entry",
+        "data": {"conversationId": conversation, "entryId": entry["id"]},
+    }
+    status, _ = alice.call("PATCH", f"/v1/conversations/{conversation}", {"title": "renamed"})
+    assert status == 200
+    assert conversations_only.next().data["event"] == "updated"
+    assert {m.data["kind"] for m in conversations_only.quiet(0.5)} <= {"conversation"}
+    assert entries_only.quiet(0.3) == []
+    entries_only.close()
+    conversations_only.close()
+
+
+def test_keepalive_comment_arrives(make_user):
+    stream = make_user().stream()
+    message = stream.next(timeout=2.0, events_only=False)
+    assert message.comment == "keepalive" and message.data is None
+    stream.close()
+
+
+# --- Resume -----------------------------------------------------------------------------------------------------
+
+
+def test_last_event_id_resume_has_no_loss_and_no_duplicate(make_user):
+    """Appends never stop while the client disconnects and resumes: the two connections together see every entry
+    exactly once, in commit order."""
+    alice = make_user()
+    conversation = alice.create_conversation()
+    first = alice.stream("?kinds=entry")
+    appended: list[str] = []
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set() and len(appended) < 60:
+            appended.append(alice.append(conversation)["id"])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    seen = [first.next(), first.next(), first.next()]
+    first.close()
+    seen += first.quiet(0.05)  # whatever was already in flight
+    time.sleep(0.3)  # entries committed while nobody listens
+    second = alice.stream("?kinds=entry", last_event_id=seen[-1].id)
+    time.sleep(0.3)
+    stop.set()
+    thread.join()
+    while True:
+        try:
+            message = second.next(timeout=1.5)
+        except TimeoutError:
+            break
+        seen.append(message)
+    second.close()
+
+    received = [message.data["data"]["entryId"] for message in seen]
+    assert received == appended, "every entry exactly once, in order"
+    ids = [message.id for message in seen]
+    assert ids == sorted(ids, key=lambda value: tuple(map(int, value.split("-"))))
+
+
+def test_resume_past_retention_gets_one_invalidate(make_user):
+    alice = make_user()
+    conversation = alice.create_conversation()
+    stream = alice.stream("?kinds=entry")
+    alice.append(conversation)
+    last = stream.next().id
+    stream.close()
+    alice.append(conversation)
+    time.sleep(2.3)  # SSE_RETENTION_SECONDS=2 in tests
+    resumed = alice.stream("?kinds=entry", last_event_id=last)
+    assert resumed.next().data == {"event": "invalidate", "kind": "stream", "data": {}}
+    entry = alice.append(conversation)  # then the live stream goes on
+    assert resumed.next().data["data"]["entryId"] == entry["id"]
+    assert resumed.quiet(0.3) == []
+    resumed.close()
+
+
+@pytest.mark.parametrize("last_event_id", ["garbage", "1-0", "99999999999999-0"])
+def test_unknown_last_event_id_gets_invalidate(make_user, last_event_id):
+    stream = make_user().stream(last_event_id=last_event_id)
+    assert stream.next().data == {"event": "invalidate", "kind": "stream", "data": {}}
+    stream.close()
+
+
+# --- Fan-out across processes -----------------------------------------------------------------------------------
+
+
+def test_two_web_processes_both_deliver_an_event_published_by_either(make_user, web_servers):
+    one, two = web_servers
+    alice, bob = make_user("alice"), make_user("bob")
+    conversation = alice.create_conversation()
+    alice.share(conversation, bob)
+    streams = [alice.stream("?kinds=entry", on=one), alice.stream("?kinds=entry", on=two)]
+    streams += [bob.stream("?kinds=entry", on=one), bob.stream("?kinds=entry", on=two)]
+    for origin in (one, two):
+        entry = alice.append(conversation, on=origin)
+        for stream in streams:
+            message = stream.next(timeout=3.0)
+            assert message.data["data"]["entryId"] == entry["id"]
+    for stream in streams:
+        stream.close()
+
+
+def test_32_concurrent_appends_each_delivered_once_in_one_order_on_both_processes(make_user, web_servers):
+    one, two = web_servers
+    alice = make_user()
+    conversation = alice.create_conversation()
+    listeners = [alice.stream("?kinds=entry", on=one), alice.stream("?kinds=entry", on=two)]
+    appended: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def append(index):
+        try:
+            entry = alice.append(conversation, f"message {index}", on=(one, two)[index % 2])
+            with lock:
+                appended.append(entry["id"])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    status, page = alice.call("GET", f"/v1/conversations/{conversation}/entries?limit=50")
+    assert status == 200
+    commit_order = [entry["id"] for entry in page["data"]]
+    assert sorted(commit_order) == sorted(appended)
+    orders = []
+    for listener in listeners:
+        received = [m.data["data"]["entryId"] for m in listener.events(32)]
+        assert sorted(received) == sorted(commit_order)  # every append, once
+        assert listener.quiet(0.3) == []
+        orders.append(received)
+        listener.close()
+    # Events are sent after commit, so two appends committing together may be published in either order; but the
+    # user's stream has one order, and every process delivers it.
+    assert orders[0] == orders[1]
+
+
+# --- Limits -----------------------------------------------------------------------------------------------------
+
+
+def test_connection_limit_closes_the_oldest_with_an_event(make_user, web_servers):
+    one, two = web_servers
+    alice = make_user()
+    streams = [alice.stream(on=one), alice.stream(on=two), alice.stream(on=one)]  # the limit is 3 in tests
+    time.sleep(0.2)
+    newest = alice.stream(on=two)
+    evicted = streams[0].next(timeout=2.0)
+    assert evicted.data == {"event": "evicted", "kind": "stream", "data": {"reason": "connection_limit"}}
+    assert evicted.id is None
+    assert streams[0].next(timeout=2.0) is None  # then the server ends the response
+    conversation = alice.create_conversation()
+    for stream in (*streams[1:], newest):
+        assert stream.next(timeout=2.0).data["data"]["conversationId"] == conversation
+        stream.close()
+
+
+def test_slow_consumer_is_evicted_without_slowing_other_clients(make_user, server):
+    """A client that stops reading fills its socket, then its SSE_BUFFER_EVENTS (32 in tests) buffer, and is cut
+    off with an ``evicted`` event, while the other streams keep up. The burst is written straight into the users'
+    Redis streams (the publisher's format) because the kernel absorbs megabytes before a loopback socket blocks."""
+    from apps.events import streams
+
+    alice, bob = make_user("alice"), make_user("bob")
+    slow = bob.stream("?kinds=entry", receive_buffer=2048, read=False)
+    fast = [bob.stream("?kinds=entry"), alice.stream("?kinds=entry")]
+    time.sleep(0.3)
+    total, batch = 3_000, 1_000
+    redis = get_client()
+    started = time.monotonic()
+    for first in range(0, total, batch):
+        pipe = redis.pipeline(transaction=False)
+        for index in range(first, first + batch):
+            payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": f"e{index}"})
+            for user in (alice, bob):
+                pipe.xadd(streams.stream_key(user.name), {"e": payload})
+        pipe.execute()
+    published = time.monotonic()
+    for stream in fast:
+        received = stream.events(total, timeout=30)
+        assert [m.data["data"]["entryId"] for m in received] == [f"e{i}" for i in range(total)]
+    # The stuck client is still not reading: a new event reaches the others at once.
+    probe = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "probe"})
+    sent = time.monotonic()
+    redis.xadd(streams.stream_key(bob.name), {"e": probe})
+    message = fast[0].next(timeout=2.0)
+    assert message.data["data"]["entryId"] == "probe" and message.received_at - sent < 1.0
+    slow.start_reading()
+    tail = []
+    while (message := slow.next(timeout=10)) is not None:
+        tail.append(message.data)
+    assert tail[-1] == {"event": "evicted", "kind": "stream", "data": {"reason": "slow_consumer"}}
+    assert len(tail) - 1 < total  # it was cut off, not fed everything
+    assert published - started < 30
+    for stream in fast:
+        stream.close()
+
+
+# --- Clean close ------------------------------------------------------------------------------------------------
+
+
+def _gauge(server, name: str) -> float:
+    with urllib.request.urlopen(f"{server.base}/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def _wait_until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.1)
+
+
+def _hub_connections(server) -> int:
+    clients = get_client().client_list()
+    return sum(1 for client in clients if client.get("name", "").startswith(f"sse-hub:{server.process.pid}:"))
+
+
+def test_disconnect_leaves_no_stream_or_redis_reader_behind(make_user, web_servers):
+    server = web_servers[1]
+    _wait_until(lambda: _gauge(server, "sse_connections") == 0)  # earlier tests' streams are gone
+    alice = make_user()
+    streams = [alice.stream(on=server) for _ in range(3)]
+    time.sleep(0.3)
+    assert _gauge(server, "sse_connections") == 3
+    assert _hub_connections(server) == 1  # one reader for the whole process, not one per client
+    for stream in streams:
+        stream.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (_gauge(server, "sse_connections") or _hub_connections(server)):
+        time.sleep(0.1)
+    assert _gauge(server, "sse_connections") == 0
+    assert _hub_connections(server) == 0
+    slots = get_client().zcard(f"{__import__('django.conf').conf.settings.SSE_REDIS_PREFIX}c:{alice.name}")
+    assert slots == 0
