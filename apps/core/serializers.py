@@ -41,6 +41,17 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictChoiceField(serializers.ChoiceField):
+    """An enum value. The error names the allowed values, never echoes the input: a lone surrogate in it would make
+    the error body itself unencodable (a 500 at the renderer)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str) or data not in self.choice_strings_to_values:
+            allowed = ", ".join(sorted(self.choice_strings_to_values))
+            raise serializers.ValidationError(f"must be one of: {allowed}")
+        return self.choice_strings_to_values[data]
+
+
 class StrictIntegerField(serializers.IntegerField):
     """An integer that really is an integer: no "5", 5.0 or true."""
 

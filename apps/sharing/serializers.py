@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from apps.core import errors
 from apps.core.access import AccessLevel
-from apps.core.serializers import StrictCharField, StrictSerializer, StrictUUIDField
+from apps.core.serializers import StrictCharField, StrictChoiceField, StrictSerializer, StrictUUIDField
 
 LEVELS = [level.value for level in AccessLevel]
 MAX_USER_ID_CHARS = 256
@@ -22,13 +22,13 @@ class MembershipCreateSerializer(StrictSerializer):
     """POST .../memberships body. Unknown fields are rejected."""
 
     userId = UserIdField()
-    accessLevel = serializers.ChoiceField(choices=LEVELS)
+    accessLevel = StrictChoiceField(choices=LEVELS)
 
 
 class MembershipUpdateSerializer(StrictSerializer):
     """PATCH .../memberships/{userId} body. Unknown fields are rejected."""
 
-    accessLevel = serializers.ChoiceField(choices=LEVELS)
+    accessLevel = StrictChoiceField(choices=LEVELS)
 
 
 class TransferCreateSerializer(StrictSerializer):
@@ -52,7 +52,7 @@ def transfer_role(raw: str | None) -> str:
 class MembershipResponse(serializers.Serializer):
     conversationId = serializers.UUIDField()
     userId = serializers.CharField()
-    accessLevel = serializers.ChoiceField(choices=LEVELS)
+    accessLevel = StrictChoiceField(choices=LEVELS)
     createdAt = serializers.DateTimeField()
 
 
