@@ -76,7 +76,7 @@ def json_value_problem(value: Any, depth: int = 0, *, int64: bool = True, nul: b
     if depth > MAX_VALUE_NESTING:
         return f"must not be nested deeper than {MAX_VALUE_NESTING} levels"
     if isinstance(value, str):
-        return _text_problem(value, nul)
+        return text_problem(value, nul)
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -85,7 +85,7 @@ def json_value_problem(value: Any, depth: int = 0, *, int64: bool = True, nul: b
         return None if math.isfinite(value) else "numbers must be finite"
     if isinstance(value, dict):
         for key, item in value.items():
-            problem = _text_problem(key, nul) or json_value_problem(item, depth + 1, int64=int64, nul=nul)
+            problem = text_problem(key, nul) or json_value_problem(item, depth + 1, int64=int64, nul=nul)
             if problem:
                 return problem
         return None
@@ -98,7 +98,7 @@ def json_value_problem(value: Any, depth: int = 0, *, int64: bool = True, nul: b
     return "must be JSON"
 
 
-def _text_problem(text: str, nul: bool = True) -> str | None:
+def text_problem(text: str, nul: bool = True) -> str | None:
     if nul and "\x00" in text:
         return "strings must not contain NUL characters"
     try:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from apps.core.serializers import StrictCharField, StrictIntegerField, StrictSerializer
+from apps.core.serializers import (
+    JsonObjectField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+    text_problem,
+)
 from apps.memories import config
 
 MAX_SEGMENT_CHARS = 256
@@ -36,65 +41,6 @@ class NamespaceField(serializers.ListField):
         if len(segments) > max_depth:
             raise serializers.ValidationError(f"depth must be at most {max_depth}")
         return segments
-
-
-MAX_VALUE_NESTING = 32
-_INT64 = range(-(2**63), 2**63)
-
-
-def json_value_problem(value: Any, depth: int = 0) -> str | None:
-    """Why ``value`` cannot be stored and handed to the policies, or None. Values reach attributes.rego and
-    authz.rego as input, which carries no NUL, no integer beyond 64 bits, no Infinity/NaN (``1e400`` parses to
-    Infinity) and limited nesting; a lone surrogate cannot be encoded as UTF-8 at all."""
-    if depth > MAX_VALUE_NESTING:
-        return f"must not be nested deeper than {MAX_VALUE_NESTING} levels"
-    if isinstance(value, str):
-        return _text_problem(value)
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return None if value in _INT64 else "integers must fit in 64 bits"
-    if isinstance(value, float):
-        return None if math.isfinite(value) else "numbers must be finite"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            problem = _text_problem(key) or json_value_problem(item, depth + 1)
-            if problem:
-                return problem
-        return None
-    if isinstance(value, list):
-        for item in value:
-            problem = json_value_problem(item, depth + 1)
-            if problem:
-                return problem
-        return None
-    return "must be JSON"
-
-
-def _text_problem(text: str) -> str | None:
-    if "\x00" in text:
-        return "strings must not contain NUL characters"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "strings must not contain lone surrogates"
-    return None
-
-
-@extend_schema_field({"type": "object", "additionalProperties": True})
-class JsonObjectField(serializers.Field):
-    default_error_messages = {"invalid": "must be a JSON object"}
-
-    def to_internal_value(self, data: Any) -> dict:
-        if not isinstance(data, dict):
-            self.fail("invalid")
-        problem = json_value_problem(data)
-        if problem:
-            raise serializers.ValidationError(problem)
-        return data
-
-    def to_representation(self, value: dict) -> dict:
-        return value
 
 
 @extend_schema_field(
@@ -126,7 +72,7 @@ class IndexField(serializers.DictField):
         index = super().to_internal_value(data)
         total = 0
         for text in index.values():
-            problem = _text_problem(text)
+            problem = text_problem(text)
             if problem:
                 raise serializers.ValidationError(problem)
             total += len(text.encode("utf-8"))
