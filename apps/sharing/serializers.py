@@ -39,7 +39,7 @@ class TransferCreateSerializer(StrictSerializer):
 
 
 def transfer_role(raw: str | None) -> str:
-    if raw is None or raw == "":
+    if raw is None:
         return "all"
     if raw not in TRANSFER_ROLES:
         raise errors.validation_error({"role": "must be one of recipient, sender, all"})

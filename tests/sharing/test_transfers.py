@@ -264,7 +264,7 @@ def test_list_by_role_defaults_to_all_and_lists_oldest_first(shared: Shared) -> 
     assert shared[OWNER].get(url(TRANSFERS, role="sender")).json()["data"] == [received]
 
 
-@pytest.mark.parametrize("role", ["owner", "RECIPIENT", "both", "recipient,sender"])
+@pytest.mark.parametrize("role", ["", "owner", "RECIPIENT", "both", "recipient,sender"])
 def test_list_with_an_unknown_role_is_400(shared: Shared, role: str) -> None:
     assert_validation_error(shared[OWNER].get(url(TRANSFERS, role=role)), "role")
 
