@@ -158,7 +158,7 @@ def centroid_embeddings(texts: list[str]) -> Any:
     path = h.RESULTS_DIR / f"semantic-centroids-{digest}.npy"
     if path.exists():
         return np.load(path)
-    from apps.memories.embeddings.local import LocalEmbeddingProvider
+    from apps.core.embeddings.local import LocalEmbeddingProvider
 
     started = time.monotonic()
     vectors = np.asarray(LocalEmbeddingProvider().embed_documents(texts), dtype=np.float32)
@@ -406,7 +406,7 @@ def build_index(database_url: str, maintenance_work_mem: str = "") -> dict[str, 
 def stub_provider(vectors: dict[str, list[float]]) -> Any:
     """An embedding provider that answers from precomputed vectors, under the local provider's name and dimension
     (so the model tag matches the stored vectors): the embedding step costs a dict lookup."""
-    from apps.memories.embeddings import EmbeddingProvider
+    from apps.core.embeddings import EmbeddingProvider
 
     class Precomputed(EmbeddingProvider):
         name = "local"
@@ -1169,8 +1169,8 @@ def main(argv: Sequence[str]) -> int:
 
     from django.db import connection
 
+    from apps.core.embeddings import get_provider
     from apps.memories import vector_index
-    from apps.memories.embeddings import get_provider
 
     local = get_provider()
     if local.name != "local" or local.dimension != DIMENSION:

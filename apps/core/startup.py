@@ -20,8 +20,8 @@ def warm_up_embedder() -> None:
     """Start loading the local embedding model in the background, so neither the first semantic search nor the
     first /readyz waits for it. Remote providers need no warm-up."""
     try:
-        from apps.memories.embeddings import get_provider
-        from apps.memories.embeddings.local import LocalEmbeddingProvider, start_loading
+        from apps.core.embeddings import get_provider
+        from apps.core.embeddings.local import LocalEmbeddingProvider, start_loading
 
         provider = get_provider()
         if isinstance(provider, LocalEmbeddingProvider):

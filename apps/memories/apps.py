@@ -13,8 +13,8 @@ class MemoriesConfig(AppConfig):
         crypto.register_encrypted_field("memories.MemoryEvent", "value_ciphertext", "memory_event.value", "id")
 
         from apps.core import readiness
+        from apps.core.embeddings import get_provider
         from apps.memories import indexer
-        from apps.memories.embeddings import get_provider
 
         readiness.register("embedder", lambda: get_provider().check())
         readiness.register_info("indexer", indexer.readiness_info)

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from apps.core import claims, metrics
+from apps.core.embeddings import EmbeddingError, get_provider
 from apps.memories import vector_index
-from apps.memories.embeddings import EmbeddingError, get_provider
 
 logger = logging.getLogger(__name__)
 

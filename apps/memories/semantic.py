@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from apps.core import errors
 from apps.core.auth.principal import Principal
+from apps.core.embeddings import EmbeddingError, get_provider
 from apps.core.serializers import isoformat
 from apps.memories import selectors, vector_index
-from apps.memories.embeddings import EmbeddingError, get_provider
 from apps.memories.models import Memory, MemoryState
 from apps.memories.services import VALUE_PURPOSE
 

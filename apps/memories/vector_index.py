@@ -17,8 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from apps.core.embeddings import EmbeddingProvider
 from apps.memories import filters
-from apps.memories.embeddings import EmbeddingProvider
 
 logger = logging.getLogger(__name__)
 

@@ -264,7 +264,7 @@ CELERY_BEAT_SCHEDULE["memories-prune-events"] = {
 }
 
 # --- Embeddings (semantic search) -------------------------------------------------------------------------------
-# apps.memories.embeddings: local = all-MiniLM-L6-v2 in-process (384 dims, needs requirements/embeddings.txt),
+# apps.core.embeddings: local = all-MiniLM-L6-v2 in-process (384 dims, needs requirements/embeddings.txt),
 # openai = any OpenAI-compatible /embeddings endpoint, hash = lexical feature hashing (not semantic; tests/tiny installs).
 EMBEDDING_PROVIDER = env_str("EMBEDDING_PROVIDER", "local")
 EMBEDDING_BASE_URL = env_str("EMBEDDING_BASE_URL", "")  # e.g. https://api.openai.com/v1

@@ -46,7 +46,7 @@ def searchable_keys(client, query: str) -> set[str]:
 
 
 def test_32_concurrent_workers_never_embed_a_version_twice(client_for, monkeypatch):
-    from apps.memories.embeddings import get_provider
+    from apps.core.embeddings import get_provider
 
     bob = client_for("bob")
     for index in range(160):

@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.core.embeddings import EmbeddingError
 from apps.memories import indexer
-from apps.memories.embeddings import EmbeddingError
 from apps.memories.models import IndexStatus, Memory, MemoryVector
 
 pytestmark = pytest.mark.django_db
@@ -179,7 +179,7 @@ def test_non_admin_semantic_search_is_scoped_to_own_subtree(client_for, plan):
 
 
 def test_embedding_failure_leaves_rows_pending_with_backoff(bob, monkeypatch):
-    from apps.memories.embeddings import get_provider
+    from apps.core.embeddings import get_provider
 
     put(bob, "flaky", "northern lights photography")
     provider = get_provider()
@@ -250,7 +250,7 @@ def test_claims_split_a_batch_between_workers(bob, other_worker):
 
 def test_claims_are_released_after_a_cycle_and_after_a_failure(bob, other_worker, monkeypatch):
     from apps.core import claims
-    from apps.memories.embeddings import get_provider
+    from apps.core.embeddings import get_provider
 
     put(bob, "ok", "glacier retreat")
     indexer.run_cycle()
@@ -266,7 +266,7 @@ def test_claims_are_released_after_a_cycle_and_after_a_failure(bob, other_worker
 
 def test_superseded_while_embedding_gets_no_vectors(bob, monkeypatch):
     put(bob, "race", "first version text")
-    from apps.memories.embeddings import get_provider
+    from apps.core.embeddings import get_provider
 
     provider = get_provider()
     original = provider.embed_documents
@@ -400,7 +400,7 @@ def test_a_long_field_is_embedded_as_overlapping_chunks_covering_all_of_it(bob, 
     numbers = list(chunks.values_list("chunk", flat=True))
     assert numbers == list(range(len(numbers))) and len(numbers) > 5
     assert MemoryVector.objects.filter(memory__key="long", field="title").count() == 1
-    from apps.memories.embeddings import get_provider
+    from apps.core.embeddings import get_provider
 
     pieces = get_provider().chunk(text)
     assert len(pieces) == len(numbers)
@@ -440,8 +440,8 @@ def test_real_model_finds_a_match_at_the_end_of_a_long_field(bob, settings):
 @pytest.mark.model
 def test_real_model_chunks_fit_the_window_and_cover_the_text(settings):
     settings.EMBEDDING_PROVIDER = "local"
-    from apps.memories.embeddings import get_provider
-    from apps.memories.embeddings.local import _load_model
+    from apps.core.embeddings import get_provider
+    from apps.core.embeddings.local import _load_model
 
     provider = get_provider()
     text = "  " + "".join(f"Zürich 東京 naïve café, line {i} of numbers and words; " for i in range(400)) + "the end.  "

@@ -15,8 +15,8 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 from tqdm import tqdm
 
+from apps.core.embeddings import get_provider
 from apps.memories import indexer, vector_index
-from apps.memories.embeddings import get_provider
 
 
 class Command(BaseCommand):

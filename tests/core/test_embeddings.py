@@ -18,11 +18,11 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from apps.memories import embeddings
-from apps.memories.embeddings import EmbeddingError, EmbeddingProvider, get_provider
-from apps.memories.embeddings import local as local_module
-from apps.memories.embeddings.hashing import HashingEmbeddingProvider
-from apps.memories.embeddings.openai import OpenAICompatibleEmbeddingProvider
+from apps.core import embeddings
+from apps.core.embeddings import EmbeddingError, EmbeddingProvider, get_provider
+from apps.core.embeddings import local as local_module
+from apps.core.embeddings.hashing import HashingEmbeddingProvider
+from apps.core.embeddings.openai import OpenAICompatibleEmbeddingProvider
 from tests.local_http import LocalHTTPServer
 
 API_KEY = "sk-test-secret-0123456789"
