@@ -3,23 +3,11 @@
 from django.contrib import admin
 
 from apps.attachments.models import Attachment, AttachmentLink
-
-
-class _ReadOnly(admin.ModelAdmin):
-    show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False  # deleting goes through the API, which also removes the blob
+from apps.core.admin import ReadOnlyModelAdmin
 
 
 @admin.register(Attachment)
-class AttachmentAdmin(_ReadOnly):
+class AttachmentAdmin(ReadOnlyModelAdmin):
     list_display = ("id", "filename", "user_id", "content_type", "size", "status", "encrypted", "created_at", "expires_at")
     list_filter = ("status", "encrypted")
     search_fields = ("=id", "=user_id", "=sha256", "filename")
@@ -30,7 +18,7 @@ class AttachmentAdmin(_ReadOnly):
 
 
 @admin.register(AttachmentLink)
-class AttachmentLinkAdmin(_ReadOnly):
+class AttachmentLinkAdmin(ReadOnlyModelAdmin):
     list_display = ("attachment_id", "conversation_id", "entry_id", "created_at")
     search_fields = ("=attachment__id", "=conversation_id", "=entry_id")
     ordering = ("-created_at",)

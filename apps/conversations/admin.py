@@ -3,23 +3,11 @@
 from django.contrib import admin
 
 from apps.conversations.models import Conversation, Entry
-
-
-class _ReadOnly(admin.ModelAdmin):
-    show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False  # deleting goes through the API, which also removes memberships and transfers
+from apps.core.admin import ReadOnlyModelAdmin
 
 
 @admin.register(Conversation)
-class ConversationAdmin(_ReadOnly):
+class ConversationAdmin(ReadOnlyModelAdmin):
     list_display = ("id", "title", "owner_user_id", "root_id", "created_at", "updated_at", "deleted_at")
     list_filter = (("deleted_at", admin.EmptyFieldListFilter),)
     search_fields = ("=id", "=root_id", "=owner_user_id", "title")
@@ -30,7 +18,7 @@ class ConversationAdmin(_ReadOnly):
 
 
 @admin.register(Entry)
-class EntryAdmin(_ReadOnly):
+class EntryAdmin(ReadOnlyModelAdmin):
     list_display = ("id", "conversation_id", "user_id", "client_id", "channel", "content_type", "created_at")
     list_filter = ("channel",)
     search_fields = ("=id", "=conversation__id", "=user_id")

@@ -13,6 +13,23 @@ from apps.core.auth import api_keys
 from apps.core.models import AdminAuditRecord, ApiKey
 
 
+class ReadOnlyModelAdmin(admin.ModelAdmin):
+    """An operator page that only looks. Every change goes through the API, which checks the rules, keeps the
+    related rows consistent (memberships, blobs, vectors) and publishes the events; a row deleted here would do
+    none of that."""
+
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ("client", "prefix", "created_at", "last_used_at", "revoked_at", "active")
@@ -55,18 +72,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(AdminAuditRecord)
-class AdminAuditRecordAdmin(admin.ModelAdmin):
-    """Read-only: the trail is written by the service, never edited by hand."""
+class AdminAuditRecordAdmin(ReadOnlyModelAdmin):
+    """The trail is written by the service, never edited by hand."""
 
     list_display = ("occurred_at", "user_id", "client_id", "action", "target_id", "request_id")
     list_filter = ("action",)
     search_fields = ("user_id", "target_id", "request_id")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: AdminAuditRecord | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: AdminAuditRecord | None = None) -> bool:
-        return False

@@ -2,12 +2,14 @@
 
 from django.contrib import admin
 
+from apps.core.admin import ReadOnlyModelAdmin
 from apps.memories import config
 from apps.memories.models import Memory, MemoryEvent, ServiceSettings
 
 
 @admin.register(Memory)
-class MemoryAdmin(admin.ModelAdmin):
+class MemoryAdmin(ReadOnlyModelAdmin):
+    # Deleting a version here would skip the memory_deleted event and the vectors: DELETE through the API.
     list_display = ("id", "namespace_path", "key", "state", "index_status", "created_at", "expires_at")
     list_filter = ("state", "index_status")
     search_fields = ("key",)
@@ -16,41 +18,25 @@ class MemoryAdmin(admin.ModelAdmin):
     fields = ("id", "namespace", "key", "attributes", "indexed_content", "state", "created_at", "ended_at",
               "expires_at", "index_status", "index_attempts", "index_retry_at")
     readonly_fields = fields
-    show_full_result_count = False
 
     @admin.display(description="namespace")
     def namespace_path(self, obj: Memory) -> str:
         return " / ".join(obj.namespace)
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(MemoryEvent)
-class MemoryEventAdmin(admin.ModelAdmin):
+class MemoryEventAdmin(ReadOnlyModelAdmin):
+    # The timeline is append-only; retention prunes it.
     list_display = ("seq", "kind", "namespace_path", "key", "occurred_at")
     list_filter = ("kind",)
     search_fields = ("key",)
     ordering = ("-seq",)
     fields = ("seq", "id", "memory_id", "namespace", "key", "kind", "occurred_at", "attributes")
     readonly_fields = fields
-    show_full_result_count = False
 
     @admin.display(description="namespace")
     def namespace_path(self, obj: MemoryEvent) -> str:
         return " / ".join(obj.namespace)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False  # the timeline is append-only; retention prunes it
 
 
 @admin.register(ServiceSettings)

@@ -3,24 +3,12 @@ enforces the D6 rules and publishes the events)."""
 
 from django.contrib import admin
 
+from apps.core.admin import ReadOnlyModelAdmin
 from apps.sharing.models import Membership, OwnershipTransfer
 
 
-class _ReadOnly(admin.ModelAdmin):
-    show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
 @admin.register(Membership)
-class MembershipAdmin(_ReadOnly):
+class MembershipAdmin(ReadOnlyModelAdmin):
     list_display = ("root_id", "user_id", "access_level", "created_at")
     list_filter = ("access_level",)
     search_fields = ("=root_id", "=user_id")
@@ -30,7 +18,7 @@ class MembershipAdmin(_ReadOnly):
 
 
 @admin.register(OwnershipTransfer)
-class OwnershipTransferAdmin(_ReadOnly):
+class OwnershipTransferAdmin(ReadOnlyModelAdmin):
     list_display = ("id", "conversation_id", "root_id", "from_user_id", "to_user_id", "created_at")
     search_fields = ("=id", "=conversation_id", "=root_id", "=from_user_id", "=to_user_id")
     ordering = ("-created_at",)
