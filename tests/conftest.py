@@ -4,7 +4,7 @@ real embedded PostgreSQL with pgvector; the session stops the embedded servers i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,6 +14,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from config import embedded_services
+from tests.live_service import LiveService
 
 # The key seeded from API_KEYS in config/settings/test.py; its client is "test-client".
 TEST_API_KEY = "test-api-key-0123456789"
@@ -147,3 +148,19 @@ def service_env(**overrides: str) -> dict[str, str]:
     env = {name: os.environ[name] for name in _INHERITED_ENV if name in os.environ}
     env.update(overrides)
     return env
+
+
+@pytest.fixture(scope="session")
+def live_service(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LiveService]:
+    from django.db import connection
+
+    # pytest-django has created the test database (for the django_db-marked tests); its name is in the connection's
+    # settings from here on. Never let the live server (and the flush after it) near any other database.
+    assert connection.settings_dict["NAME"].startswith("test_"), connection.settings_dict["NAME"]
+    service = LiveService(db_settings=connection.settings_dict, log_path=tmp_path_factory.mktemp("live") / "web.log")
+    service.start()
+    try:
+        yield service
+    finally:
+        # Before pytest-django drops the test database: the server's connections would block the DROP.
+        service.stop()

@@ -1,12 +1,6 @@
-"""The live service the fuzzer talks to: one gunicorn process for the session, on the session's test database."""
+"""Schemathesis for this directory only; the live service it fuzzes is the session fixture in tests/conftest.py."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-
-import pytest
-
-from tests.live_service import LiveService
 
 
 def pytest_configure(config) -> None:
@@ -15,22 +9,6 @@ def pytest_configure(config) -> None:
 
     if not config.pluginmanager.is_registered(plugin):
         config.pluginmanager.register(plugin, "schemathesis-fuzz")
-
-
-@pytest.fixture(scope="session")
-def live_service(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LiveService]:
-    from django.db import connection
-
-    # pytest-django has created the test database (for the django_db-marked tests); its name is in the connection's
-    # settings from here on. Never let the live server (and the flush after it) near any other database.
-    assert connection.settings_dict["NAME"].startswith("test_"), connection.settings_dict["NAME"]
-    service = LiveService(db_settings=connection.settings_dict, log_path=tmp_path_factory.mktemp("live") / "web.log")
-    service.start()
-    try:
-        yield service
-    finally:
-        # Before pytest-django drops the test database: the server's connections would block the DROP.
-        service.stop()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

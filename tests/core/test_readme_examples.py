@@ -1,0 +1,54 @@
+"""The README's "Try it" block, run as written (bash + curl) against the live service: examples that drift from the
+API fail here instead of in a new user's terminal."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.live_service import LiveService
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+README = Path(settings.BASE_DIR) / "README.md"
+
+
+def try_it_block() -> str:
+    text = README.read_text()
+    section = text[text.index("## Try it"):]
+    match = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert match, "the Try it section has no sh block"
+    return match.group(1)
+
+
+def as_test_script(block: str, base_url: str) -> str:
+    """The block with the service's address, curl failing on any HTTP error (printing the body), and the open-ended
+    event stream bounded to two seconds."""
+    script = block.replace("http://localhost:8080", base_url)
+    script = script.replace("curl -s ", "curl -sS --fail-with-body ")
+    script = re.sub(r"^curl -N (.*)$", r"curl -sS -N --max-time 2 -o /dev/null -w 'stream %{http_code}\\n' \1 || [ $? -eq 28 ]", script, flags=re.M)
+    return "set -euo pipefail\n" + script
+
+
+def test_the_readme_try_it_block_runs(live_service: LiveService) -> None:
+    block = try_it_block()
+    assert "curl -N " in block  # the stream example is still the last one, bounded by as_test_script()
+    result = subprocess.run(
+        ["bash", "-c", as_test_script(block, live_service.base_url)],
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{live_service.log_tail()}"
+    out = result.stdout
+    assert '"userId":"bob"' in out  # /v1/me
+    assert "flat white" in out  # the memory read back
+    assert "Plan a trip to Lisbon" in out  # the conversation's entries
+    assert re.search(r"HTTP/1\.1 200 OK", out)  # the attachment download's headers
+    assert "# Memory Service" in out  # the README itself, fetched through the signed link without a token
+    assert "stream 200" in out  # the event stream opened (and stayed open until --max-time)
