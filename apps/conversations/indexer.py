@@ -194,3 +194,8 @@ def backlog() -> tuple[int, float]:
         cursor.execute(sql)
         count, lag = cursor.fetchone()
     return int(count), float(lag)
+
+
+def readiness_info() -> dict:
+    count, lag = backlog()
+    return {"backlog": count, "oldest_pending_seconds": round(lag, 3)}
