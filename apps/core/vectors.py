@@ -97,6 +97,9 @@ class ScopeSizes:
         self._sizes[key] = (now + settings.MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS, size)
         return size
 
+    def clear(self) -> None:
+        self._sizes.clear()
+
     def exact(self, from_where_sql: str, params: list[Any]) -> bool:
         """True when the scope is small enough to rank exactly (MEMORY_VECTOR_EXACT_SCAN_THRESHOLD; 0 = never)."""
         threshold = int(settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD)
