@@ -21,9 +21,11 @@ from apps.core.serializers import (
     NO_NUL_PATTERN,
     JsonObjectField,
     StrictCharField,
+    StrictChoiceField,
     StrictSerializer,
     StrictUUIDField,
     json_value_problem,
+    text_problem,
 )
 
 ROLES = ("USER", "AI")
@@ -391,6 +393,24 @@ def search_limit_field(endpoint: str) -> type[serializers.JSONField]:
     return SearchLimitField
 
 
+MAX_CURSOR_CHARS = 2000
+
+
+@extend_schema_field(
+    {"type": "string", "maxLength": MAX_CURSOR_CHARS, "pattern": NO_NUL_PATTERN,
+     "description": "The previous page's afterCursor (same query and searchType); null or absent: the first page"}
+)
+class CursorField(serializers.JSONField):
+    """A cursor string or null (decoded by apps.core.pagination, which refuses anything not made by this search)."""
+
+    def to_internal_value(self, data: Any) -> str | None:
+        if data is None:
+            return None
+        if not isinstance(data, str) or not data or len(data) > MAX_CURSOR_CHARS or text_problem(data):
+            raise serializers.ValidationError("malformed cursor")
+        return data
+
+
 class SearchSerializer(StrictSerializer):
     """POST /v1/conversations/search body. Unknown fields are rejected; ``limit`` is checked by the view with
     apps.core.pagination.parse_limit."""
@@ -399,14 +419,12 @@ class SearchSerializer(StrictSerializer):
         allow_blank=False,
         trim_whitespace=False,
         max_length=settings.CONVERSATION_SEARCH_QUERY_MAX_CHARS,
-        help_text="Words to find. Full-text: websearch syntax (\"quoted phrase\", or, -word); the last bare word "
+        help_text="Words to find (not blank). Full-text: websearch syntax (\"quoted phrase\", or, -word); the last bare word "
         "also matches as a prefix. Semantic: embedded as a whole.",
     )
     limit = search_limit_field("conversation_search")(required=False)
-    afterCursor = StrictCharField(
-        required=False, allow_null=True, max_length=2000, help_text="The previous page's afterCursor (same query)"
-    )
-    searchType = serializers.ChoiceField(
+    afterCursor = CursorField(required=False, allow_null=True)
+    searchType = StrictChoiceField(
         choices=SEARCH_TYPES,
         required=False,
         default="auto",
@@ -441,8 +459,11 @@ class IndexItemSerializer(StrictSerializer):
 
 
 def index_items_serializer(data: Any) -> serializers.ListSerializer:
+    """The body of POST /v1/conversations/index: 1..CONVERSATION_INDEX_MAX_ITEMS items (``data`` None: for the
+    OpenAPI schema, where drf-spectacular leaves a list's bounds out; the operation's description states them)."""
+    kwargs = {} if data is None else {"data": data}
     return IndexItemSerializer(
-        data=data, many=True, allow_empty=False, max_length=settings.CONVERSATION_INDEX_MAX_ITEMS
+        many=True, allow_empty=False, max_length=settings.CONVERSATION_INDEX_MAX_ITEMS, **kwargs
     )
 
 

@@ -127,6 +127,12 @@ def _approximate(
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            if user_id is not None:
+                # The membership test must stay a per-candidate probe under the HNSW scan (a nested loop): a merge
+                # or hash join drains the whole index before the LIMIT applies (measured 790 ms instead of 30 ms
+                # at 10k vectors).
+                cursor.execute("SET LOCAL enable_mergejoin = off")
+                cursor.execute("SET LOCAL enable_hashjoin = off")
             cursor.execute(f"SET LOCAL hnsw.ef_search = {max(int(settings.MEMORY_VECTOR_EF_SEARCH), min(fetch, 1000))}")
             cursor.execute(
                 f"""

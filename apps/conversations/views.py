@@ -3,6 +3,7 @@ shape the response. Path ids are checked here (a malformed UUID is 400, D1) so r
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
@@ -206,10 +207,11 @@ class ConversationViewSet(viewsets.ViewSet):
     @extend_schema(
         tags=["conversations"],
         summary="Set entries' search index text (indexer role)",
-        description="Replaces each named history entry's index text (full-text searchable at once; vectors follow "
+        description=f"A JSON array of 1 to {settings.CONVERSATION_INDEX_MAX_ITEMS} items. "
+        "Replaces each named history entry's index text (full-text searchable at once; vectors follow "
         "from the background indexer). All or nothing: an item whose entry is not a history entry of that "
         "conversation makes the whole batch 404 (`details.entryIds`). Indexer or admin role (403 otherwise).",
-        request=serializers.IndexItemSerializer(many=True),
+        request=serializers.index_items_serializer(None),
         responses={200: serializers.IndexResponse, **error_responses(400, 401, 403, 404)},
     )
     @action(detail=False, methods=["post"], url_path="index")

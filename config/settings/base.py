@@ -341,7 +341,7 @@ CELERY_BEAT_SCHEDULE["conversations-index"] = {
 CONVERSATION_SEARCH_QUERY_MAX_CHARS = env_int("CONVERSATION_SEARCH_QUERY_MAX_CHARS", 1000)
 # searchType=auto fuses each method's best this-many conversations (fixed, so fused scores do not change from page
 # to page); auto results end after the union of those lists.
-CONVERSATION_SEARCH_FUSION_DEPTH = env_int("CONVERSATION_SEARCH_FUSION_DEPTH", 200)
+CONVERSATION_SEARCH_FUSION_DEPTH = env_int("CONVERSATION_SEARCH_FUSION_DEPTH", 100)
 # Most items in one POST /v1/conversations/index body (400 beyond).
 CONVERSATION_INDEX_MAX_ITEMS = env_int("CONVERSATION_INDEX_MAX_ITEMS", 1000)
 

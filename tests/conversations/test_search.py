@@ -261,6 +261,14 @@ def test_bad_search_input_is_400(bob, body, field):
     assert_validation_error(bob.post(SEARCH, body, format="json"), field)
 
 
+def test_lone_surrogates_and_nul_are_400_not_500(bob):
+    for raw in ('{"query": "ok", "searchType": "\\ud800"}', '{"query": "\\ud800"}', '{"query": "ok", "afterCursor": "\\ud800"}',
+                '{"query": "ok", "afterCursor": "a\\u0000"}'):
+        response = bob.post(SEARCH, raw, content_type="application/json")
+        assert response.status_code == 400, (raw, response.content)
+        assert response.json()["code"] == "validation_error"
+
+
 def test_search_needs_authentication_and_a_json_object(api, bob):
     response = api.post(SEARCH, {"query": "x"}, format="json")
     assert response.status_code == 401
