@@ -114,7 +114,9 @@ def _store(work: list[_Work], chunks: list[tuple[UUID, int]], embedded: list[lis
         cursor.execute(
             "SELECT e.id, e.indexed_content FROM conversation_entries e "
             "JOIN conversations c ON c.id = e.conversation_id "
-            "WHERE e.id = ANY(%s) AND c.deleted_at IS NULL ORDER BY e.id FOR UPDATE OF e",
+            # FOR SHARE OF c: a concurrent delete of the conversation (FOR UPDATE of its row, then its vectors
+            # deleted) either finished first (the row is re-checked and skipped) or waits for these vectors.
+            "WHERE e.id = ANY(%s) AND c.deleted_at IS NULL ORDER BY e.id FOR UPDATE OF e FOR SHARE OF c",
             [[item.entry_id for item in work]],
         )
         current = dict(cursor.fetchall())

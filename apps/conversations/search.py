@@ -201,7 +201,7 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
     sql = f"""
         SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, c.title,
                ts_headline('{TS_CONFIG}', coalesce(e.indexed_content, ''), {tsq_sql}, %s)
-        FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id
+        FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id AND c.deleted_at IS NULL
         WHERE e.id = ANY(%s)
     """  # noqa: S608 - fragments come from code
     with connection.cursor() as cursor:
@@ -210,7 +210,7 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
     results = []
     for hit in hits:
         row = rows.get(hit.entry_id)
-        if row is None:  # entries are never deleted while their conversation lives
+        if row is None:  # its conversation was deleted since the ranking query
             continue
         entry_id, conversation_id, user_id, channel, content_type, content, created_at, title, headline = row
         results.append(

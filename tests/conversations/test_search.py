@@ -283,6 +283,23 @@ def test_odd_queries_never_fail(bob):
             search(bob, query, searchType=search_type)
 
 
+def test_embedding_outage_auto_falls_back_to_fulltext_and_semantic_is_503(bob, monkeypatch):
+    from apps.core.embeddings import EmbeddingError, get_provider
+
+    cid = new_id()
+    append_ok(bob, cid, "x", indexedContent="volcano eruption report")
+    indexer.run_cycle()
+
+    def down(_text):
+        raise EmbeddingError("provider down")
+
+    monkeypatch.setattr(get_provider(), "embed_query", down)
+    assert conversation_ids(search(bob, "volcano")) == [cid]
+    response = bob.post(SEARCH, {"query": "volcano", "searchType": "semantic"}, format="json")
+    assert response.status_code == 503, response.content
+    assert response.json()["code"] == "unavailable"
+
+
 # --- Admin ----------------------------------------------------------------------------------------------------------
 
 
