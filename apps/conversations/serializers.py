@@ -458,10 +458,13 @@ class IndexItemSerializer(StrictSerializer):
         return value
 
 
-def index_items_serializer(data: Any) -> serializers.ListSerializer:
-    """The body of POST /v1/conversations/index: 1..CONVERSATION_INDEX_MAX_ITEMS items (``data`` None: for the
+_SCHEMA_ONLY = object()
+
+
+def index_items_serializer(data: Any = _SCHEMA_ONLY) -> serializers.ListSerializer:
+    """The body of POST /v1/conversations/index: 1..CONVERSATION_INDEX_MAX_ITEMS items (no argument: for the
     OpenAPI schema, where drf-spectacular leaves a list's bounds out; the operation's description states them)."""
-    kwargs = {} if data is None else {"data": data}
+    kwargs = {} if data is _SCHEMA_ONLY else {"data": data}
     return IndexItemSerializer(
         many=True, allow_empty=False, max_length=settings.CONVERSATION_INDEX_MAX_ITEMS, **kwargs
     )

@@ -211,7 +211,7 @@ class ConversationViewSet(viewsets.ViewSet):
         "Replaces each named history entry's index text (full-text searchable at once; vectors follow "
         "from the background indexer). All or nothing: an item whose entry is not a history entry of that "
         "conversation makes the whole batch 404 (`details.entryIds`). Indexer or admin role (403 otherwise).",
-        request=serializers.index_items_serializer(None),
+        request=serializers.index_items_serializer(),
         responses={200: serializers.IndexResponse, **error_responses(400, 401, 403, 404)},
     )
     @action(detail=False, methods=["post"], url_path="index")

@@ -390,6 +390,12 @@ def test_index_bad_input(bob, indexer_client):
     cid = new_id()
     entry = append_ok(bob, cid, "hello")
     good = {"conversationId": cid, "entryId": entry["id"], "indexedContent": "x"}
+    for raw in ("null", "5", '"x"', "[null]", "[[]]"):
+        response = indexer_client.post(INDEX, raw, content_type="application/json")
+        assert response.status_code == 400, (raw, response.content)
+    for raw in ("null", "[]", "5"):
+        response = bob.post(SEARCH, raw, content_type="application/json")
+        assert response.status_code == 400, (raw, response.content)
     for body in ([], {"conversationId": cid}, [{**good, "extra": 1}], [{**good, "entryId": "nope"}],
                  [{**good, "indexedContent": None}], [{**good, "indexedContent": "x" * 65537}],
                  [good] * 1001):
