@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8080
 
-.PHONY: run test install install-dev lint bench-memories bench-conversations services-stop clean-data
+.PHONY: run test install install-dev lint bench-memories bench-conversations bench-conversation-search services-stop clean-data
 
 run: $(VENV)/.installed
 	$(BIN)/python manage.py up --port $(PORT)
@@ -35,6 +35,9 @@ bench-memories: $(VENV)/.installed-dev
 
 bench-conversations: $(VENV)/.installed-dev
 	$(BIN)/python bench/conversations.py $(BENCH_ARGS)
+
+bench-conversation-search: $(VENV)/.installed-dev
+	$(BIN)/python bench/conversation_search.py $(BENCH_ARGS)
 
 services-stop: $(VENV)/.installed
 	$(BIN)/python -m config.embedded_services stop

@@ -15,6 +15,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from pgvector.django import VectorField
 
 
 class Conversation(models.Model):
@@ -66,6 +67,9 @@ class Entry(models.Model):
     content_type = models.TextField()
     content = models.BinaryField()
     indexed_content = models.TextField(null=True, blank=True)  # noqa: DJ001 - null = not indexed yet
+    # True while indexed_content has no vectors yet (set with every new index text, cleared by the indexer). The
+    # full-text side needs no flag: ``search_vector`` is a generated tsvector column (migration 0002).
+    embedding_pending = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField()
 
     class Meta:
@@ -73,7 +77,48 @@ class Entry(models.Model):
         verbose_name_plural = "entries"
         indexes = [
             models.Index(fields=["conversation", "created_at", "id"], name="conversation_entries_order"),
+            # GET /v1/conversations/unindexed and the background indexer's text pass.
+            models.Index(
+                fields=["created_at", "id"],
+                name="conv_entries_unindexed",
+                condition=Q(indexed_content__isnull=True, channel="history"),
+            ),
+            # The indexer's embedding pass.
+            models.Index(
+                fields=["created_at", "id"], name="conv_entries_embed", condition=Q(embedding_pending=True)
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.channel} entry {self.id}"
+
+
+class EntryVector(models.Model):
+    """One embedded chunk of an entry's index text (a text longer than the model's window is several chunks).
+
+    ``root_id`` is the entry's fork tree (fixed for a conversation's life), so the membership check of a semantic
+    search is one probe of ``conversation_memberships (root_id, user_id)`` per candidate vector, without a join
+    to ``conversations``. Vectors of a deleted conversation are removed in the deleting transaction. The HNSW index
+    per dimension is created on first use (apps.core.vectors), like the memories'.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    entry = models.ForeignKey(Entry, on_delete=models.CASCADE, related_name="vectors", db_column="entry_id")
+    conversation_id = models.UUIDField()
+    root_id = models.UUIDField()
+    chunk = models.IntegerField()
+    model = models.TextField()
+    embedding = VectorField()
+
+    class Meta:
+        db_table = "conversation_entry_vectors"
+        constraints = [
+            models.UniqueConstraint(fields=["entry", "chunk"], name="conversation_entry_vectors_one_per_chunk"),
+        ]
+        indexes = [
+            models.Index(fields=["root_id"], name="conv_entry_vectors_root"),
+            models.Index(fields=["conversation_id"], name="conv_entry_vectors_conv"),
+        ]
+
+    def __str__(self) -> str:
+        return f"vector {self.entry_id}#{self.chunk}"

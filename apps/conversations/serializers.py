@@ -21,9 +21,11 @@ from apps.core.serializers import (
     NO_NUL_PATTERN,
     JsonObjectField,
     StrictCharField,
+    StrictChoiceField,
     StrictSerializer,
     StrictUUIDField,
     json_value_problem,
+    text_problem,
 )
 
 ROLES = ("USER", "AI")
@@ -361,4 +363,136 @@ class AdminConversation(serializers.Serializer):
 
 class AdminConversationPage(serializers.Serializer):
     data = AdminConversation(many=True)
+    afterCursor = serializers.CharField(allow_null=True)
+
+
+# --- Search (D5) ------------------------------------------------------------------------------------------------
+
+SEARCH_TYPES = ("auto", "fulltext", "semantic")
+
+
+def search_limit_field(endpoint: str) -> type[serializers.JSONField]:
+    from apps.core.pagination import LIMITS
+
+    bounds = LIMITS[endpoint]
+
+    @extend_schema_field(
+        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
+    )
+    class SearchLimitField(serializers.JSONField):
+        """A JSON integer (no "5"); its bounds are checked by apps.core.pagination.parse_limit, the one place
+        limits are checked."""
+
+        def to_internal_value(self, data: Any) -> Any:
+            if data is not None and (isinstance(data, bool) or not isinstance(data, int)):
+                raise serializers.ValidationError(
+                    f"must be an integer between {bounds.minimum} and {bounds.maximum}"
+                )
+            return data
+
+    return SearchLimitField
+
+
+MAX_CURSOR_CHARS = 2000
+
+
+@extend_schema_field(
+    {"type": "string", "maxLength": MAX_CURSOR_CHARS, "pattern": NO_NUL_PATTERN,
+     "description": "The previous page's afterCursor (same query and searchType); null or absent: the first page"}
+)
+class CursorField(serializers.JSONField):
+    """A cursor string or null (decoded by apps.core.pagination, which refuses anything not made by this search)."""
+
+    def to_internal_value(self, data: Any) -> str | None:
+        if data is None:
+            return None
+        if not isinstance(data, str) or not data or len(data) > MAX_CURSOR_CHARS or text_problem(data):
+            raise serializers.ValidationError("malformed cursor")
+        return data
+
+
+class SearchSerializer(StrictSerializer):
+    """POST /v1/conversations/search body. Unknown fields are rejected; ``limit`` is checked by the view with
+    apps.core.pagination.parse_limit."""
+
+    query = StrictCharField(
+        allow_blank=False,
+        trim_whitespace=False,
+        max_length=settings.CONVERSATION_SEARCH_QUERY_MAX_CHARS,
+        help_text="Words to find (not blank). Full-text: websearch syntax (\"quoted phrase\", or, -word); the last bare word "
+        "also matches as a prefix. Semantic: embedded as a whole.",
+    )
+    limit = search_limit_field("conversation_search")(required=False)
+    afterCursor = CursorField(required=False, allow_null=True)
+    searchType = StrictChoiceField(
+        choices=SEARCH_TYPES,
+        required=False,
+        default="auto",
+        help_text="auto (default: full-text and semantic fused by reciprocal rank), fulltext or semantic",
+    )
+
+    def validate_query(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("must not be blank")
+        return value
+
+
+class AdminSearchSerializer(SearchSerializer):
+    limit = search_limit_field("admin_conversation_search")(required=False)
+
+
+class IndexItemSerializer(StrictSerializer):
+    """One item of POST /v1/conversations/index."""
+
+    conversationId = StrictUUIDField()
+    entryId = StrictUUIDField()
+    indexedContent = StrictCharField(
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text=f"Replaces the entry's index text; at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes",
+    )
+
+    def validate_indexedContent(self, value: str) -> str:
+        if len(value.encode("utf-8")) > settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES:
+            raise serializers.ValidationError(f"must be at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes")
+        return value
+
+
+_SCHEMA_ONLY = object()
+
+
+def index_items_serializer(data: Any = _SCHEMA_ONLY) -> serializers.ListSerializer:
+    """The body of POST /v1/conversations/index: 1..CONVERSATION_INDEX_MAX_ITEMS items (no argument: for the
+    OpenAPI schema, where drf-spectacular leaves a list's bounds out; the operation's description states them)."""
+    kwargs = {} if data is _SCHEMA_ONLY else {"data": data}
+    return IndexItemSerializer(
+        many=True, allow_empty=False, max_length=settings.CONVERSATION_INDEX_MAX_ITEMS, **kwargs
+    )
+
+
+class IndexResponse(serializers.Serializer):
+    indexed = serializers.IntegerField(help_text="How many entries got the new index text")
+
+
+class SearchResult(serializers.Serializer):
+    conversationId = serializers.UUIDField()
+    conversationTitle = serializers.CharField()
+    entryId = serializers.UUIDField()
+    score = serializers.FloatField(min_value=0, max_value=1, help_text="Higher is better, in [0, 1]")
+    highlights = serializers.CharField(help_text="A snippet of the index text with matched terms wrapped in **")
+    entry = EntryResponse()
+
+
+class SearchPage(serializers.Serializer):
+    data = SearchResult(many=True)
+    afterCursor = serializers.CharField(allow_null=True)
+
+
+class UnindexedItem(serializers.Serializer):
+    conversationId = serializers.UUIDField()
+    entry = EntryResponse()
+
+
+class UnindexedPage(serializers.Serializer):
+    data = UnindexedItem(many=True)
     afterCursor = serializers.CharField(allow_null=True)

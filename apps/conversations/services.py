@@ -18,11 +18,13 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.conversations import selectors
 from apps.conversations.models import Channel, Conversation, Entry
+from apps.conversations.tasks import request_indexing_quietly
 from apps.core import access, crypto, errors, signals
 from apps.core.access import AccessLevel, at_least
 from apps.core.auth.principal import Principal
@@ -204,6 +206,8 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
         )
         with connection.cursor() as cursor:
             cursor.execute("UPDATE conversations SET deleted_at = clock_timestamp() WHERE id = ANY(%s)", [ids])
+            # Out of search at once: semantic search reads vectors without joining conversations.
+            cursor.execute("DELETE FROM conversation_entry_vectors WHERE conversation_id = ANY(%s)", [ids])
 
 
 # --- Entries ----------------------------------------------------------------------------------------------------
@@ -247,7 +251,7 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
             # Strictly after the previous entry (updated_at), whatever the clock does: entry order = commit order.
             cursor.execute(
                 "WITH e AS (INSERT INTO conversation_entries (id, conversation_id, user_id, client_id, channel, "
-                "content_type, content, indexed_content, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
+                "content_type, content, indexed_content, embedding_pending, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
                 "GREATEST(clock_timestamp(), %s::timestamptz + interval '1 microsecond')) RETURNING created_at) "
                 "UPDATE conversations SET updated_at = (SELECT created_at FROM e) WHERE id = %s RETURNING updated_at",
                 [
@@ -259,6 +263,7 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
                     data["contentType"],
                     sealed,
                     data.get("indexedContent"),
+                    data.get("indexedContent") is not None,
                     locked.updated_at,
                     conversation_id,
                 ],
@@ -272,6 +277,9 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
             content=content,
         )
         publish("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})
+        if data.get("indexedContent") is not None or (channel == Channel.HISTORY and settings.CONVERSATION_AUTO_INDEX):
+            # One indexer task per burst of appends (tasks.request_indexing), after commit.
+            transaction.on_commit(request_indexing_quietly)
     return selectors.entry_response(
         entry_id=entry_id,
         conversation_id=conversation_id,
@@ -326,3 +334,38 @@ def _create_for_append(
         forked_at_entry_id=entry_id,
     ):
         _publish_created(conversation_id, None)
+
+
+# --- Search index text (D5) -------------------------------------------------------------------------------------
+
+
+def index_entries(items: list[dict]) -> int:
+    """``POST /v1/conversations/index`` (indexer role): replace the index text of entries, all or none; their
+    vectors are (re)made by the background indexer. Search covers history entries only, so an item naming anything
+    else than a history entry of that conversation is a 404 for the whole batch. Returns how many entries were updated."""
+    latest: dict = {}
+    for item in items:  # the same entry twice in one batch: the last text wins
+        latest[item["entryId"]] = item
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Row locks in id order, so concurrent batches naming the same entries never deadlock.
+        cursor.execute(
+            "SELECT id, conversation_id FROM conversation_entries WHERE id = ANY(%s) AND channel = 'history' "
+            "ORDER BY id FOR UPDATE",
+            [list(latest)],
+        )
+        found = dict(cursor.fetchall())
+        missing = [
+            str(entry_id) for entry_id, item in latest.items() if found.get(entry_id) != item["conversationId"]
+        ]
+        if missing:
+            raise errors.ApiError(
+                404, "No such history entry in that conversation.", details={"entryIds": missing[:100]}
+            )
+        cursor.execute(
+            "UPDATE conversation_entries e SET indexed_content = t.text, embedding_pending = true "
+            "FROM unnest(%s::uuid[], %s::text[]) AS t(id, text) WHERE e.id = t.id",
+            [list(latest), [item["indexedContent"] for item in latest.values()]],
+        )
+        updated = cursor.rowcount
+        transaction.on_commit(request_indexing_quietly)
+    return updated

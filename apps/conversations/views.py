@@ -3,6 +3,7 @@ shape the response. Path ids are checked here (a malformed UUID is 400, D1) so r
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
@@ -10,6 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.conversations import search as conversation_search
 from apps.conversations import selectors, serializers, services
 from apps.core import audit, errors, pagination
 from apps.core.openapi import EnvelopeAutoSchema
@@ -23,7 +25,7 @@ CHANNEL = OpenApiParameter(
     enum=["history", "context"],
     description="Omitted: history entries plus the calling API-key client's own context entries",
 )
-# Reserved for the search issue's routes (POST /v1/conversations/search, GET .../unindexed, POST .../index).
+# Not conversation ids: the collection's own routes (POST /v1/conversations/search, GET .../unindexed, POST .../index).
 ID_SEGMENT = r"(?!search$|unindexed$|index$)[^/]+"
 
 
@@ -160,6 +162,67 @@ class ConversationViewSet(viewsets.ViewSet):
 
     @extend_schema(
         tags=["conversations"],
+        summary="Search the caller's conversations",
+        description="Over history entries' index text, in conversations the caller is a member of (decided in the "
+        "query: pages are full). `searchType`: `auto` (default; full-text and semantic fused by reciprocal rank "
+        "over each method's best CONVERSATION_SEARCH_FUSION_DEPTH conversations; full-text alone while the "
+        "embedding provider is down), `fulltext` (PostgreSQL websearch syntax, English stemming, the last bare word "
+        "also as a prefix) or `semantic` (503 while the embedding provider is down). One result per conversation, "
+        "its best entry; `score` is in [0, 1], higher is better; `highlights` wraps matched terms in `**`. "
+        "Pass `afterCursor` with the same query and searchType for the next page (another search's cursor is "
+        "400). Entries are searchable once indexed: at once with `indexedContent`, otherwise within seconds "
+        "(background indexer).",
+        request=serializers.SearchSerializer,
+        responses={200: serializers.SearchPage, **error_responses(400, 401, 503)},
+    )
+    @action(detail=False, methods=["post"], url_path="search")
+    def search(self, request: Request) -> Response:
+        data = _validated(serializers.SearchSerializer, request.data)
+        limit = pagination.parse_limit(data.get("limit"), "conversation_search")
+        return Response(
+            conversation_search.search(
+                conversation_search.Scope(request.user.user_id),
+                query=data["query"],
+                search_type=data["searchType"],
+                limit=limit,
+                cursor=data.get("afterCursor") or None,
+            )
+        )
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="List history entries without index text (indexer role)",
+        description="History entries of live conversations that have no index text yet, oldest first, for an "
+        "external indexer that sets it with POST /v1/conversations/index. Indexer or admin role (403 otherwise).",
+        parameters=[AFTER_CURSOR, limit_parameter("conversations_unindexed")],
+        responses={200: serializers.UnindexedPage, **error_responses(400, 401, 403)},
+    )
+    @action(detail=False, methods=["get"], url_path="unindexed")
+    def unindexed(self, request: Request) -> Response:
+        params = request.query_params
+        limit = pagination.parse_limit(params.get("limit"), "conversations_unindexed")
+        require_indexer(request)
+        return Response(conversation_search.unindexed(cursor=params.get("afterCursor") or None, limit=limit))
+
+    @extend_schema(
+        tags=["conversations"],
+        summary="Set entries' search index text (indexer role)",
+        description=f"A JSON array of 1 to {settings.CONVERSATION_INDEX_MAX_ITEMS} items. "
+        "Replaces each named history entry's index text (full-text searchable at once; vectors follow "
+        "from the background indexer). All or nothing: an item whose entry is not a history entry of that "
+        "conversation makes the whole batch 404 (`details.entryIds`). Indexer or admin role (403 otherwise).",
+        request=serializers.index_items_serializer(),
+        responses={200: serializers.IndexResponse, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=False, methods=["post"], url_path="index")
+    def index(self, request: Request) -> Response:
+        serializer = serializers.index_items_serializer(request.data)
+        serializer.is_valid(raise_exception=True)
+        require_indexer(request)
+        return Response({"indexed": services.index_entries(serializer.validated_data)})
+
+    @extend_schema(
+        tags=["conversations"],
         summary="List the conversation's fork tree",
         description="Every conversation of the tree, the root included, oldest first.",
         parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("conversation_forks")],
@@ -173,6 +236,11 @@ class ConversationViewSet(viewsets.ViewSet):
         return Response(
             selectors.forks(request.user, conversation_id, cursor=params.get("afterCursor") or None, limit=limit)
         )
+
+
+def require_indexer(request: Request) -> None:
+    if not request.user.is_indexer:
+        raise errors.forbidden("Requires the indexer or admin role.")
 
 
 def require_auditor(request: Request) -> None:
@@ -277,4 +345,33 @@ class AdminConversationViewSet(viewsets.ViewSet):
         )
         return Response(
             selectors.admin_forks(conversation_id, cursor=params.get("afterCursor") or None, limit=limit)
+        )
+
+    @extend_schema(
+        tags=["admin"],
+        summary="Search all conversations",
+        description="As POST /v1/conversations/search over every live conversation, whoever its members are. "
+        "Audit-logged.",
+        request=serializers.AdminSearchSerializer,
+        responses={200: serializers.SearchPage, **error_responses(400, 401, 403, 503)},
+    )
+    @action(detail=False, methods=["post"], url_path="search")
+    def search(self, request: Request) -> Response:
+        data = _validated(serializers.AdminSearchSerializer, request.data)
+        limit = pagination.parse_limit(data.get("limit"), "admin_conversation_search")
+        require_auditor(request)
+        audit.record(
+            request.user,
+            "admin.conversations.search",
+            params={"query": data["query"], "searchType": data["searchType"], "limit": limit,
+                    "afterCursor": bool(data.get("afterCursor"))},
+        )
+        return Response(
+            conversation_search.search(
+                conversation_search.Scope(None),
+                query=data["query"],
+                search_type=data["searchType"],
+                limit=limit,
+                cursor=data.get("afterCursor") or None,
+            )
         )

@@ -185,3 +185,28 @@ def decode_timestamp_cursor(cursor: str, tag: str, field: str = "afterCursor") -
     except (ValueError, OverflowError):
         raise errors.validation_error({field: "malformed cursor"}) from None
     return position, item_id
+
+
+def decode_number_cursor(cursor: str, tag: str, field: str = "afterCursor") -> tuple[float, uuid.UUID]:
+    """(number, item id) of a cursor made by ``encode_tagged_cursor(tag, <float>, id)`` (ranked lists such as
+    search, ordered by score); another list's cursor, another query's or a forged value is a 400 naming
+    ``field``."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        raw = base64.urlsafe_b64decode(padded.encode("ascii"))
+        if nesting_exceeds(raw, 2):
+            raise ValueError("nested cursor")
+        value = json.loads(raw)
+    except (ValueError, UnicodeError, binascii.Error):
+        raise errors.validation_error({field: "malformed cursor"}) from None
+    if not (isinstance(value, list) and len(value) == 3 and value[2] == tag and isinstance(value[1], str)
+            and isinstance(value[0], int | float) and not isinstance(value[0], bool)):
+        raise errors.validation_error({field: "malformed cursor, or one from another search"})
+    try:
+        number = float(value[0])
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ValueError("not finite")
+        item_id = uuid.UUID(value[1])
+    except (ValueError, OverflowError):
+        raise errors.validation_error({field: "malformed cursor"}) from None
+    return number, item_id

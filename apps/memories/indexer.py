@@ -21,6 +21,7 @@ from django.db import DatabaseError, connection, transaction
 
 from apps.core import claims, metrics
 from apps.core.embeddings import EmbeddingError, get_provider
+from apps.core.vectors import vector_literal
 from apps.memories import vector_index
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def _store(rows: list[tuple], vectors: list[list[float]], fields: list[tuple], m
                     "embedding) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s::vector)",
                     [
                         [memory_id, field, chunk, model, namespace, _jsonb(attributes), expires_at,
-                         _vector_literal(vector)]
+                         vector_literal(vector)]
                         for field, chunk, vector in vectors_of_memory
                     ],
                 )
@@ -140,10 +141,6 @@ def _store(rows: list[tuple], vectors: list[list[float]], fields: list[tuple], m
 
 def _jsonb(value) -> str | None:
     return None if value is None else json.dumps(value)
-
-
-def _vector_literal(vector: list[float]) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def _release_after_failure(rows: list[tuple]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.core import errors
+from apps.core import errors, vectors
 from apps.core.auth.principal import Principal
 from apps.core.embeddings import EmbeddingError, get_provider
 from apps.core.serializers import isoformat
@@ -20,10 +20,7 @@ from apps.memories import selectors, vector_index
 from apps.memories.models import Memory, MemoryState
 from apps.memories.services import VALUE_PURPOSE
 
-
-def similarity(distance: float) -> float:
-    """Cosine distance → similarity clamped to [0, 1] (opposite directions score 0, not negative)."""
-    return max(0.0, min(1.0, 1.0 - distance))
+similarity = vectors.similarity  # cosine distance -> similarity clamped to [0, 1]
 
 
 def search(

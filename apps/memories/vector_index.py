@@ -1,4 +1,5 @@
-"""The pgvector side of semantic search: the HNSW index per embedding dimension, and the filtered ANN query.
+"""The pgvector side of semantic search: the HNSW index per embedding dimension (apps.core.vectors, shared with
+conversation search), and the filtered ANN query.
 
 ``memory_vectors.embedding`` is an untyped ``vector`` so one table serves any provider; the HNSW index is an
 partial expression index on ``embedding::vector(<dimension>)`` (rows of that dimension only), created for
@@ -9,26 +10,24 @@ the configured provider on first use (or by
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 
+from apps.core import vectors
 from apps.core.embeddings import EmbeddingProvider
 from apps.memories import filters
 
 logger = logging.getLogger(__name__)
 
-_ensured: set[tuple[str, int]] = set()
-_ensure_lock = threading.Lock()
+_scope_sizes = vectors.ScopeSizes()
 
 
 def model_tag(provider: EmbeddingProvider) -> str:
     """What a vector was made with; vectors of another tag are never compared with this provider's queries."""
-    return f"{provider.name}:{provider.dimension}"
+    return vectors.model_tag(provider)
 
 
 def index_name(dimension: int) -> str:
@@ -37,29 +36,11 @@ def index_name(dimension: int) -> str:
 
 def ensure_index(dimension: int) -> None:
     """Create the HNSW cosine index for ``dimension`` once per process (idempotent across processes)."""
-    key = (connection.alias, dimension)
-    if key in _ensured:
-        return
-    with _ensure_lock:
-        if key in _ensured:
-            return
-        with connection.cursor() as cursor:
-            # Inside a transaction that wrote vectors, deferred FK checks must run before an index can be built.
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            # The dimension is an int from the provider, never caller input.
-            cursor.execute(
-                f"CREATE INDEX IF NOT EXISTS {index_name(int(dimension))} ON memory_vectors "
-                f"USING hnsw ((embedding::vector({int(dimension)})) vector_cosine_ops) "
-                f"WITH (m = {int(settings.MEMORY_VECTOR_HNSW_M)}, ef_construction = "
-                f"{int(settings.MEMORY_VECTOR_HNSW_EF_CONSTRUCTION)}) "
-                # Partial: rows of another dimension (during a provider change) must not be cast.
-                f"WHERE vector_dims(embedding) = {int(dimension)}"
-            )
-        _ensured.add(key)
+    vectors.ensure_hnsw_index("memory_vectors", index_name(int(dimension)), dimension)
 
 
 def forget_ensured() -> None:
-    _ensured.clear()
+    vectors.forget_ensured()
 
 
 @dataclass(frozen=True)
@@ -96,37 +77,12 @@ def nearest_memories(
         f"AND (v.expires_at IS NULL OR v.expires_at > now()) AND {prefix_sql} AND {filter_sql}"
     )
     scope_params = [model_tag(provider), *prefix_params, *filter_params]
-    vector_literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
-    threshold = int(settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD)
-    if threshold > 0 and _scope_size(scope_sql, scope_params, threshold) <= threshold:
+    vector_literal = vectors.vector_literal(query_vector)
+    # The scope-size probe is bounded and cached briefly (apps.core.vectors.ScopeSizes): a user's scope repeats
+    # from search to search, and a stale size only picks the other plan, both of which return correct results.
+    if _scope_sizes.exact(f"FROM memory_vectors v WHERE {scope_sql}", scope_params):
         return _exact(dimension, vector_literal, scope_sql, scope_params, count)
     return _approximate(dimension, vector_literal, scope_sql, scope_params, count)
-
-
-# (scope SQL, parameters, threshold) -> (monotonic deadline, size). The probe costs ~20 ms on a 100k-vector
-# scope (the GIN bitmap is built in full before LIMIT applies) and a user's scope repeats from search to search;
-# a stale size only picks the other plan, both of which return correct results.
-_scope_sizes: dict[tuple, tuple[float, int]] = {}
-_SCOPE_SIZE_CACHE_MAX = 10_000
-
-
-def _scope_size(scope_sql: str, scope_params: list[Any], threshold: int) -> int:
-    """How many vectors are in scope, counting no further than threshold + 1 (cached briefly per scope)."""
-    key = (connection.alias, scope_sql, repr(scope_params), threshold)
-    now = time.monotonic()
-    cached = _scope_sizes.get(key)
-    if cached is not None and cached[0] > now:
-        return cached[1]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM memory_vectors v WHERE {scope_sql} LIMIT %s) AS s",  # noqa: S608
-            [*scope_params, threshold + 1],
-        )
-        size = int(cursor.fetchone()[0])
-    if len(_scope_sizes) >= _SCOPE_SIZE_CACHE_MAX:
-        _scope_sizes.clear()
-    _scope_sizes[key] = (now + settings.MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS, size)
-    return size
 
 
 _RANKED = """

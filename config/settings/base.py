@@ -325,6 +325,26 @@ CONVERSATION_INDEXED_CONTENT_MAX_BYTES = env_int("CONVERSATION_INDEXED_CONTENT_M
 # A conversation's metadata object, serialized as JSON: larger is 400.
 CONVERSATION_METADATA_MAX_BYTES = env_int("CONVERSATION_METADATA_MAX_BYTES", 65536)
 
+# --- Conversation search (D5) -----------------------------------------------------------------------------------
+# The service derives each history entry's index text from its text items (decrypted by the indexer) unless a
+# client sets it (indexedContent on append, POST /v1/conversations/index). Off: only client-set text is searchable
+# and GET /v1/conversations/unindexed is the indexer role's work list.
+CONVERSATION_AUTO_INDEX = env_bool("CONVERSATION_AUTO_INDEX", True)
+# Beat's safety-net run of the indexer: also how soon the entries a crashed worker had claimed are taken again.
+CONVERSATION_INDEXING_INTERVAL = env_int("CONVERSATION_INDEXING_INTERVAL", 10)
+CONVERSATION_INDEXING_BATCH_SIZE = env_int("CONVERSATION_INDEXING_BATCH_SIZE", 100)
+CELERY_BEAT_SCHEDULE["conversations-index"] = {
+    "task": "apps.conversations.tasks.index_conversation_entries",
+    "schedule": float(CONVERSATION_INDEXING_INTERVAL),
+}
+# A search query's maximum length (400 beyond).
+CONVERSATION_SEARCH_QUERY_MAX_CHARS = env_int("CONVERSATION_SEARCH_QUERY_MAX_CHARS", 1000)
+# searchType=auto fuses each method's best this-many conversations (fixed, so fused scores do not change from page
+# to page); auto results end after the union of those lists.
+CONVERSATION_SEARCH_FUSION_DEPTH = env_int("CONVERSATION_SEARCH_FUSION_DEPTH", 100)
+# Most items in one POST /v1/conversations/index body (400 beyond).
+CONVERSATION_INDEX_MAX_ITEMS = env_int("CONVERSATION_INDEX_MAX_ITEMS", 1000)
+
 # --- Attachments (D7) -------------------------------------------------------------------------------------------
 ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024)  # larger uploads: 413, checked while streaming
 ATTACHMENT_DEFAULT_EXPIRES_IN = env_int("ATTACHMENT_DEFAULT_EXPIRES_IN", 3600)  # seconds, when expiresIn is absent

@@ -1,0 +1,277 @@
+"""Conversation search (D5): full-text, semantic and both fused, over history entries' index text.
+
+Reads only. Access is decided inside the SQL that ranks: a user's search starts from their memberships
+(``conversation_memberships (user_id, root_id)``), so a page is never short because of filtering afterwards and a
+membership removed is out of the very next search. Admin search (auditor/admin) ranks every live conversation.
+
+- ``fulltext``: the generated ``search_vector`` (``to_tsvector('english', indexed_content)``, GIN) matched with
+  ``websearch_to_tsquery`` (quotes, ``or``, ``-word``), the last word also as a prefix (``lisb`` finds Lisbon) unless
+  it is quoted or negated; ranked by ``ts_rank_cd`` with length normalisation and ``rank / (rank + 1)``, so the
+  score is in [0, 1).
+- ``semantic``: the query embedded with the configured provider, cosine distance to the entries' vectors
+  (apps.conversations.vector_index); score = 1 - distance clamped to [0, 1].
+- ``auto`` (default): both, fused by reciprocal rank fusion over each method's best
+  ``CONVERSATION_SEARCH_FUSION_DEPTH`` conversations, score normalised to [0, 1]. When the embedding provider is
+  down, ``auto`` answers with full-text alone (``semantic`` answers 503).
+
+Every method keeps the best hit per conversation and orders by (score, conversation id); ``afterCursor`` is that
+keyset position, tagged with the method, the scope (user or admin) and a digest of the query, so a cursor from
+another search is a 400 and paging a fixed result set never repeats a conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import connection
+
+from apps.conversations import selectors, vector_index
+from apps.core import errors, pagination, vectors
+from apps.core.embeddings import EmbeddingError, get_provider
+
+logger = logging.getLogger(__name__)
+
+TS_CONFIG = "english"  # fixed: the generated search_vector column (migration 0002) uses the same configuration
+SEARCH_TYPES = ("auto", "fulltext", "semantic")
+HEADLINE_OPTIONS = "StartSel=**, StopSel=**, MaxWords=35, MinWords=12, MaxFragments=2, FragmentDelimiter=\" … \""
+# The tsquery the user's text compiles to. The prefix form turns the last lexeme 'x' into 'x':*.
+_TSQUERY = f"websearch_to_tsquery('{TS_CONFIG}', %s)"
+_TSQUERY_PREFIX = f"regexp_replace(websearch_to_tsquery('{TS_CONFIG}', %s)::text, '''$', ''':*')::tsquery"
+
+
+@dataclass(frozen=True)
+class Hit:
+    conversation_id: UUID
+    entry_id: UUID
+    score: float  # higher is better, in [0, 1]
+    position: float  # the keyset sort value (descending for every method)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose search: ``user_id`` None = every live conversation (admin search)."""
+
+    user_id: str | None
+
+    @property
+    def tag(self) -> str:
+        return "admin" if self.user_id is None else "user"
+
+
+def _prefix_last_word(query: str) -> bool:
+    """Whether the last word of the query is typed as a bare word (a prefix is then also matched)."""
+    stripped = query.rstrip()
+    if not stripped or not re.search(r"\w$", stripped) or stripped.count('"') % 2:
+        return False
+    last = stripped.split()[-1]
+    return not last.startswith(("-", '"')) and last.lower() != "or"
+
+
+def tsquery_sql(query: str) -> tuple[str, list[Any]]:
+    return (_TSQUERY_PREFIX if _prefix_last_word(query) else _TSQUERY), [query]
+
+
+# --- Full-text --------------------------------------------------------------------------------------------------
+
+
+def fulltext_hits(scope: Scope, query: str, *, limit: int, after: tuple[float, UUID] | None) -> list[Hit]:
+    """The best ``limit`` conversations by their best-ranked entry, after the keyset position ``after``."""
+    tsq_sql, tsq_params = tsquery_sql(query)
+    if scope.user_id is None:
+        source = "conversations c JOIN conversation_entries e ON e.conversation_id = c.id"
+        where, params = ["c.deleted_at IS NULL"], []
+    else:
+        source = (
+            "conversation_memberships m JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
+            "JOIN conversation_entries e ON e.conversation_id = c.id"
+        )
+        where, params = ["m.user_id = %s"], [scope.user_id]
+    keyset, keyset_params = "TRUE", []
+    if after is not None:
+        keyset = "(b.rank < %s OR (b.rank = %s AND b.conversation_id > %s))"
+        keyset_params = [after[0], after[0], after[1]]
+    sql = f"""
+        WITH q AS (SELECT {tsq_sql} AS tsq),
+        best AS (
+            SELECT DISTINCT ON (e.conversation_id) e.conversation_id, e.id AS entry_id,
+                   ts_rank_cd(e.search_vector, q.tsq, 1 | 32)::float8 AS rank
+            FROM q, {source}
+            WHERE {' AND '.join(where)} AND e.channel = 'history' AND e.search_vector @@ q.tsq
+            ORDER BY e.conversation_id, rank DESC, e.id
+        )
+        SELECT b.conversation_id, b.entry_id, b.rank FROM best b WHERE {keyset}
+        ORDER BY b.rank DESC, b.conversation_id LIMIT %s
+    """  # noqa: S608 - fragments come from code; values are bound parameters
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*tsq_params, *params, *keyset_params, limit])
+        rows = cursor.fetchall()
+    return [Hit(conv, entry, max(0.0, min(1.0, rank)), rank) for conv, entry, rank in rows]
+
+
+# --- Semantic ---------------------------------------------------------------------------------------------------
+
+
+def _embed_query(query: str):
+    provider = get_provider()
+    return provider, provider.embed_query(query)
+
+
+def semantic_hits(
+    scope: Scope, query: str, *, limit: int, after: tuple[float, UUID] | None, query_vector=None, provider=None
+) -> list[Hit]:
+    if query_vector is None:
+        try:
+            provider, query_vector = _embed_query(query)
+        except EmbeddingError as exc:
+            raise errors.unavailable("The embedding provider is unavailable; try again shortly.") from exc
+    # The keyset runs on distance ascending; Hit.position is its negation so every method pages descending.
+    after_distance = None if after is None else (-after[0], after[1])
+    neighbours = vector_index.nearest_conversations(
+        provider=provider, query_vector=query_vector, user_id=scope.user_id, count=limit, after=after_distance
+    )
+    return [Hit(n.conversation_id, n.entry_id, vectors.similarity(n.distance), -n.distance) for n in neighbours]
+
+
+# --- Fused ------------------------------------------------------------------------------------------------------
+
+
+def auto_hits(scope: Scope, query: str, *, limit: int, after: tuple[float, UUID] | None) -> list[Hit]:
+    """Reciprocal rank fusion of the two methods' best FUSION_DEPTH conversations each. The depth is fixed (not
+    derived from the page) so a conversation's fused score is the same on every page: paging is stable."""
+    depth = int(settings.CONVERSATION_SEARCH_FUSION_DEPTH)
+    lexical = fulltext_hits(scope, query, limit=depth, after=None)
+    try:
+        provider, query_vector = _embed_query(query)
+        semantic = semantic_hits(
+            scope, query, limit=depth, after=None, query_vector=query_vector, provider=provider
+        )
+    except EmbeddingError:
+        logger.warning("embedding provider unavailable; auto search answers with full-text only", exc_info=True)
+        semantic = []
+    fused = vectors.reciprocal_rank_fusion(
+        [[hit.conversation_id for hit in lexical], [hit.conversation_id for hit in semantic]]
+    )
+    # The entry shown: the full-text hit when there is one (its highlights show the matched words).
+    entries = {hit.conversation_id: hit.entry_id for hit in semantic}
+    entries.update({hit.conversation_id: hit.entry_id for hit in lexical})
+    ranked = sorted(fused.items(), key=lambda item: (-item[1], str(item[0])))
+    hits = []
+    for conversation_id, score in ranked:
+        if after is not None and not (score < after[0] or (score == after[0] and str(conversation_id) > str(after[1]))):
+            continue
+        hits.append(Hit(conversation_id, entries[conversation_id], score, score))
+        if len(hits) == limit:
+            break
+    return hits
+
+
+# --- The page ---------------------------------------------------------------------------------------------------
+
+_METHODS = {"fulltext": fulltext_hits, "semantic": semantic_hits, "auto": auto_hits}
+
+
+def cursor_tag(scope: Scope, search_type: str, query: str) -> str:
+    digest = hashlib.sha256(query.encode("utf-8")).hexdigest()[:16]
+    return f"search.{scope.tag}.{search_type}.{digest}"
+
+
+def search(scope: Scope, *, query: str, search_type: str, limit: int, cursor: str | None) -> dict:
+    """One page of the envelope ``{"data": [search result], "afterCursor"}``."""
+    tag = cursor_tag(scope, search_type, query)
+    after = pagination.decode_number_cursor(cursor, tag) if cursor else None
+    hits = _METHODS[search_type](scope, query, limit=limit + 1, after=after)
+    next_cursor = None
+    if len(hits) > limit:
+        hits = hits[:limit]
+        next_cursor = pagination.encode_tagged_cursor(tag, hits[-1].position, hits[-1].conversation_id)
+    return pagination.envelope(_results(hits, query), next_cursor)
+
+
+def _results(hits: list[Hit], query: str) -> list[dict]:
+    """The page's entries (decrypted), titles and highlights, in one query, in the hits' order."""
+    if not hits:
+        return []
+    tsq_sql, tsq_params = tsquery_sql(query)
+    sql = f"""
+        SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, c.title,
+               ts_headline('{TS_CONFIG}', coalesce(e.indexed_content, ''), {tsq_sql}, %s)
+        FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id AND c.deleted_at IS NULL
+        WHERE e.id = ANY(%s)
+    """  # noqa: S608 - fragments come from code
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*tsq_params, HEADLINE_OPTIONS, [hit.entry_id for hit in hits]])
+        rows = {row[0]: row for row in cursor.fetchall()}
+    results = []
+    for hit in hits:
+        row = rows.get(hit.entry_id)
+        if row is None:  # its conversation was deleted since the ranking query
+            continue
+        entry_id, conversation_id, user_id, channel, content_type, content, created_at, title, headline = row
+        results.append(
+            {
+                "conversationId": str(conversation_id),
+                "conversationTitle": title,
+                "entryId": str(entry_id),
+                "score": hit.score,
+                "highlights": headline,
+                "entry": selectors.entry_response(
+                    entry_id=entry_id,
+                    conversation_id=conversation_id,
+                    user_id=user_id,
+                    channel=channel,
+                    content_type=content_type,
+                    content=selectors.decrypt_content(content, conversation_id, entry_id),
+                    created_at=created_at,
+                ),
+            }
+        )
+    return results
+
+
+# --- Unindexed entries ------------------------------------------------------------------------------------------
+
+UNINDEXED_CURSOR = "conversations.unindexed"
+
+
+def unindexed(*, cursor: str | None, limit: int) -> dict:
+    """History entries of live conversations with no index text yet, oldest first (indexer role)."""
+    where, params = ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], []
+    if cursor:
+        position, item_id = pagination.decode_timestamp_cursor(cursor, UNINDEXED_CURSOR)
+        where.append("(e.created_at, e.id) > (%s, %s)")
+        params += [position, item_id]
+    sql = (
+        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "  # noqa: S608
+        "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id "
+        f"WHERE {' AND '.join(where)} ORDER BY e.created_at, e.id LIMIT %s"
+    )
+    with connection.cursor() as db:
+        db.execute(sql, [*params, limit + 1])
+        rows = db.fetchall()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = pagination.encode_tagged_cursor(UNINDEXED_CURSOR, rows[-1][6], rows[-1][0])
+    data = [
+        {
+            "conversationId": str(conversation_id),
+            "entry": selectors.entry_response(
+                entry_id=entry_id,
+                conversation_id=conversation_id,
+                user_id=user_id,
+                channel=channel,
+                content_type=content_type,
+                content=selectors.decrypt_content(content, conversation_id, entry_id),
+                created_at=created_at,
+            ),
+        }
+        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in rows
+    ]
+    return pagination.envelope(data, next_cursor)
+

@@ -1,0 +1,122 @@
+"""pgvector pieces shared by the apps that search by embedding (memories, conversations).
+
+- ``ensure_hnsw_index``: the HNSW cosine index per embedding dimension, a partial expression index on
+  ``embedding::vector(<dimension>)`` (the columns are untyped ``vector`` so one table serves any provider), created
+  once per process on first use; queries use the same expression so the planner can take it.
+- ``ScopeSizes``: the exact-vs-ANN plan choice. A scope of at most ``threshold`` vectors (counted with a bounded
+  probe, cached briefly) is ranked exactly: walking HNSW for a selective filter visits more candidates than the
+  scope holds, so exact is faster there and has recall 1. A larger scope walks HNSW with pgvector's iterative scan.
+- ``reciprocal_rank_fusion``: fusing ranked lists (conversation search's ``auto``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from apps.core.embeddings import EmbeddingProvider
+
+_ensured: set[tuple[str, str]] = set()
+_ensure_lock = threading.Lock()
+
+
+def model_tag(provider: EmbeddingProvider) -> str:
+    """What a vector was made with; vectors of another tag are never compared with this provider's queries."""
+    return f"{provider.name}:{provider.dimension}"
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def similarity(distance: float) -> float:
+    """Cosine distance → similarity clamped to [0, 1] (opposite directions score 0, not negative)."""
+    return max(0.0, min(1.0, 1.0 - distance))
+
+
+def ensure_hnsw_index(table: str, index_name: str, dimension: int) -> None:
+    """Create the HNSW cosine index on ``table.embedding`` for ``dimension`` once per process (idempotent across
+    processes). ``table`` and ``index_name`` come from code, never from callers."""
+    key = (connection.alias, index_name)
+    if key in _ensured:
+        return
+    with _ensure_lock:
+        if key in _ensured:
+            return
+        dim = int(dimension)
+        with connection.cursor() as cursor:
+            # Inside a transaction that wrote vectors, deferred FK checks must run before an index can be built.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute(
+                f"CREATE INDEX IF NOT EXISTS {index_name} ON {table} "
+                f"USING hnsw ((embedding::vector({dim})) vector_cosine_ops) "
+                f"WITH (m = {int(settings.MEMORY_VECTOR_HNSW_M)}, ef_construction = "
+                f"{int(settings.MEMORY_VECTOR_HNSW_EF_CONSTRUCTION)}) "
+                # Partial: rows of another dimension (during a provider change) must not be cast.
+                f"WHERE vector_dims(embedding) = {dim}"
+            )
+        _ensured.add(key)
+
+
+def forget_ensured() -> None:
+    _ensured.clear()
+
+
+class ScopeSizes:
+    """Bounded, briefly cached counts of the vectors in a search scope: the input of the exact-vs-ANN choice.
+
+    The probe stops at threshold + 1 (a large scope costs no more than a small one) and its result is reused for
+    ``MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS``: a user's scope repeats from search to search, and a stale size only
+    picks the other plan, both of which return correct results."""
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self) -> None:
+        self._sizes: dict[tuple, tuple[float, int]] = {}
+
+    def count(self, from_where_sql: str, params: list[Any], threshold: int) -> int:
+        """``SELECT count(*)`` over ``SELECT 1 {from_where_sql}``, counting no further than threshold + 1."""
+        key = (connection.alias, from_where_sql, repr(params), threshold)
+        now = time.monotonic()
+        cached = self._sizes.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM (SELECT 1 {from_where_sql} LIMIT %s) AS s",  # noqa: S608 - SQL from code
+                [*params, threshold + 1],
+            )
+            size = int(cursor.fetchone()[0])
+        if len(self._sizes) >= self.MAX_ENTRIES:
+            self._sizes.clear()
+        self._sizes[key] = (now + settings.MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS, size)
+        return size
+
+    def clear(self) -> None:
+        self._sizes.clear()
+
+    def exact(self, from_where_sql: str, params: list[Any]) -> bool:
+        """True when the scope is small enough to rank exactly (MEMORY_VECTOR_EXACT_SCAN_THRESHOLD; 0 = never)."""
+        threshold = int(settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD)
+        return threshold > 0 and self.count(from_where_sql, params, threshold) <= threshold
+
+
+RRF_K = 60  # the constant of Cormack et al.; dampens the weight of the very first ranks
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[Hashable]], k: int = RRF_K) -> dict[Hashable, float]:
+    """Fused score per item, normalised to [0, 1]: sum over the lists of 1 / (k + rank), divided by the score of
+    an item ranked first in every list. An item missing from a list gets nothing from it."""
+    if not rankings:
+        return {}
+    best = len(rankings) / (k + 1)
+    fused: dict[Hashable, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+    return {item: min(1.0, score / best) for item, score in fused.items()}
