@@ -89,7 +89,10 @@ def _exact(
     after: tuple[float, UUID] | None,
 ) -> list[Neighbour]:
     keyset_sql, keyset_params = _keyset(after)
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        # A scope this small is read in a few ms; starting parallel workers costs more than it saves (measured
+        # 15-40 ms with a Gather against 5-9 ms without, 1000 vectors of a 100k table, 2 loaded cores).
+        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         cursor.execute(
             f"""
             WITH d AS MATERIALIZED (
