@@ -50,7 +50,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "apps.core.middleware.ApiCsrfViewMiddleware",  # CSRF for cookie-session pages only
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "apps.core.middleware.ApiMessageMiddleware",  # flash messages for the admin pages only
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
