@@ -213,7 +213,7 @@ def web_server(
         **(extra_env or {}),
     )
     command = [
-        str(VENV_BIN / "gunicorn"), "config.asgi:application",
+        str(VENV_BIN / "gunicorn"), "-c", "config/gunicorn.conf.py", "config.asgi:application",
         "-k", "uvicorn_worker.UvicornWorker",
         "--bind", f"{host}:{port}",
         "--workers", str(workers),

@@ -13,10 +13,15 @@ app.autodiscover_tasks()
 
 
 @worker_ready.connect
-def _check_configuration(**_kwargs) -> None:
+def _check_configuration(sender=None, **_kwargs) -> None:
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
     from apps.core import startup
 
     startup.check_or_die()
+    if not isinstance(getattr(sender, "pool", None), PreforkPool):
+        # A threads or solo pool (the Procfile's): this process runs the tasks, so it embeds.
+        startup.warm_up_embedder()
 
 
 @worker_process_init.connect
