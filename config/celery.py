@@ -7,6 +7,11 @@ from celery.signals import worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
 
+from apps.core.native import limit_malloc_arenas
+
+# The worker runs its tasks in threads (Procfile --pool threads): cap malloc arenas before they start.
+limit_malloc_arenas()
+
 app = Celery("memory_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

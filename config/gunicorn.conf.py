@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import os
 
+from apps.core.native import limit_malloc_arenas
+
+# Before the application's threads exist; the workers inherit it (see apps.core.native).
+limit_malloc_arenas()
+
 preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() not in ("0", "false", "no", "off")
 if preload_app:
     # Read by config.wsgi while the master imports the application: defer the model warm-up to post_fork.

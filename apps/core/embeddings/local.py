@@ -6,6 +6,7 @@ offline mode before they are imported, so a missing file fails fast instead of h
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
@@ -43,6 +44,22 @@ _load_lock = threading.Lock()
 # Fast (Rust) tokenizers raise "Already borrowed" when one instance is used from two threads at once, and
 # torch already spreads one batch over all its threads, so concurrent encodes would only contend.
 _encode_lock = threading.Lock()
+# Every encode runs on this one thread. Each distinct thread that enters torch gets its own OpenMP team and
+# allocator state: a web worker whose 16 request threads took turns encoding grew by ~65 MB over a few hundred
+# concurrent semantic searches (issue 12). One thread, created lazily in each process (never before a fork).
+_torch_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_torch_executor_pid: int | None = None
+
+
+def _in_torch_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    global _torch_executor, _torch_executor_pid
+    pid = os.getpid()
+    if _torch_executor is None or _torch_executor_pid != pid:
+        with _load_lock:
+            if _torch_executor is None or _torch_executor_pid != pid:
+                _torch_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
+                _torch_executor_pid = pid
+    return _torch_executor.submit(fn, *args, **kwargs).result()
 _model: SentenceTransformer | None = None
 # A model loaded before a fork (gunicorn --preload, celery prefork) can deadlock in torch's thread pool in
 # the child, so each process loads its own.
@@ -190,7 +207,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         model = _load_model(self.torch_threads)
         try:
             with _encode_lock:
-                vectors: Any = model.encode(
+                vectors: Any = _in_torch_thread(
+                    model.encode,
                     list(texts),
                     batch_size=self.batch_size,
                     normalize_embeddings=True,
