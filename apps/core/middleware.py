@@ -42,7 +42,8 @@ class RequestContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        supplied = request.headers.get("X-Request-ID", "")
+        # From META directly: request.headers would build a dict of every header on each request just for this.
+        supplied = request.META.get("HTTP_X_REQUEST_ID", "")
         request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
         request.request_id = request_id
         token = set_request_id(request_id)
