@@ -7,10 +7,10 @@ from celery.signals import worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
 
-from apps.core.native import limit_malloc_arenas
+from apps.core.native import tune_malloc
 
-# The worker runs its tasks in threads (Procfile --pool threads): cap malloc arenas before they start.
-limit_malloc_arenas()
+# Before the worker's threads start (Procfile --pool threads): malloc gives memory back (apps.core.native).
+tune_malloc()
 
 app = Celery("memory_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from apps.core.native import limit_malloc_arenas
+from apps.core.native import tune_malloc
 
 # Before the application's threads exist; the workers inherit it (see apps.core.native).
-limit_malloc_arenas()
+tune_malloc()
 
 preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() not in ("0", "false", "no", "off")
 if preload_app:
