@@ -91,6 +91,9 @@ def _load_model(torch_threads: int | None) -> SentenceTransformer:
         path = model_path()
         started = time.perf_counter()
         try:
+            from apps.core.native import torch_environment
+
+            torch_environment()
             import torch
             from sentence_transformers import SentenceTransformer
 
