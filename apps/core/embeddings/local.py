@@ -51,7 +51,7 @@ _torch_executor: concurrent.futures.ThreadPoolExecutor | None = None
 _torch_executor_pid: int | None = None
 
 
-def _in_torch_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+def _torch_thread() -> concurrent.futures.ThreadPoolExecutor:
     global _torch_executor, _torch_executor_pid
     pid = os.getpid()
     if _torch_executor is None or _torch_executor_pid != pid:
@@ -59,7 +59,56 @@ def _in_torch_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
             if _torch_executor is None or _torch_executor_pid != pid:
                 _torch_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
                 _torch_executor_pid = pid
-    return _torch_executor.submit(fn, *args, **kwargs).result()
+    return _torch_executor
+
+
+def _in_torch_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return _torch_thread().submit(fn, *args, **kwargs).result()
+
+
+class _QueryBatcher:
+    """Queries that arrive while the torch thread is busy are encoded together, as one batch, when it is free.
+
+    One short query costs about as much as a batch of them (the model's fixed cost per forward pass dominates),
+    so concurrent semantic searches no longer queue one encode behind another. A query alone is encoded alone,
+    exactly as before; in a batch it is padded to the longest query with an attention mask (mean pooling ignores
+    the padding), so its vector matches the lone encode to float rounding."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, concurrent.futures.Future]] = []
+
+    def embed(self, model: SentenceTransformer, text: str, batch_size: int) -> list[float]:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self._pending.append((text, future))
+            schedule = len(self._pending) == 1  # otherwise a scheduled drain has not taken the list yet
+        if schedule:
+            _torch_thread().submit(self._drain, model, batch_size)
+        return future.result()
+
+    def _drain(self, model: SentenceTransformer, batch_size: int) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+        try:
+            with _encode_lock:
+                vectors = model.encode(
+                    [text for text, _ in batch],
+                    batch_size=batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        except Exception as exc:
+            for _, future in batch:
+                future.set_exception(exc)
+            return
+        for (_, future), vector in zip(batch, vectors, strict=True):
+            future.set_result(vector.tolist())
+
+
+_query_batcher = _QueryBatcher()
+
 _model: SentenceTransformer | None = None
 # A model loaded before a fork (gunicorn --preload, celery prefork) can deadlock in torch's thread pool in
 # the child, so each process loads its own.
@@ -203,6 +252,13 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             if end == len(offsets):
                 return chunks
             start += stride
+
+    def embed_query(self, text: str) -> list[float]:
+        model = _load_model(self.torch_threads)
+        try:
+            return _query_batcher.embed(model, text, self.batch_size)
+        except Exception as exc:
+            raise EmbeddingError(f"{MODEL_NAME} failed to encode a query: {exc}") from exc
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
