@@ -196,6 +196,8 @@ def web_server(
     log_path: Path,
     extra_env: dict[str, str] | None = None,
     ready_timeout: float = 90,
+    app: str = "config.asgi:application",
+    gunicorn_args: Sequence[str] = ("-c", "config/gunicorn.conf.py"),
 ) -> Iterator[WebServer]:
     """The Procfile's web line on a free loopback port; yields once /readyz answers 200, always stops it.
 
@@ -213,7 +215,7 @@ def web_server(
         **(extra_env or {}),
     )
     command = [
-        str(VENV_BIN / "gunicorn"), "config.asgi:application",
+        str(VENV_BIN / "gunicorn"), *gunicorn_args, app,
         "-k", "uvicorn_worker.UvicornWorker",
         "--bind", f"{host}:{port}",
         "--workers", str(workers),
@@ -353,6 +355,35 @@ def _proc_stat(pid: int) -> tuple[int, float] | None:
     ppid = int(fields[1])
     utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
     return ppid, (utime + stime + cutime + cstime) / _CLOCK_TICKS
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and all its descendants (from /proc), for memory accounting."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        tree.append(pid)
+        stack.extend(children.get(pid, []))
+    return tree
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """/proc/PID/smaps_rollup in kB (Pss counts shared pages once across the processes sharing them)."""
+    with contextlib.suppress(OSError):
+        text = (Path("/proc") / str(pid) / "smaps_rollup").read_text()
+        return {key: int(value) for key, value in re.findall(r"^(\w+):\s+(\d+) kB", text, re.M)}
+    return {}
+
+
+def maps_library(pid: int, name: str) -> bool:
+    with contextlib.suppress(OSError):
+        return name in (Path("/proc") / str(pid) / "maps").read_text()
+    return False
 
 
 def process_tree_cpu(root: int) -> float:

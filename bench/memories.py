@@ -18,6 +18,7 @@ Run: ``.venv/bin/python bench/memories.py`` (or ``make bench-memories``); ``--qu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -28,6 +29,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import _harness as h
@@ -70,6 +72,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--load-timeout", type=float, default=900, help="time cap for loading the memories (default 900)")
     parser.add_argument("--policy-calls", type=int, help=f"calls per policy rule (default {FULL['policy_calls']})")
     parser.add_argument("--seed", type=int, default=1, help="data generator seed")
+    parser.add_argument("--wrk-seconds", type=float, default=10, help="duration of each wrk run (default 10)")
+    parser.add_argument(
+        "--semantic-memories", type=int, default=300,
+        help="memories indexed by the real worker before the semantic searches and the PSS reading (default 300; 0 skips)",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 1k memories, few requests (about a minute)")
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else FULL
@@ -168,6 +175,14 @@ _INSERT_MEMORY_SQL = (
     "VALUES (%s, %s::text[], %s, %s, %s, NULL, %s, NULL, %s, NULL, %s, %s, NULL)"
 )
 _EVENT_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+_ADDRESS_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+
+
+def _address_lock_params(item: Item) -> list[Any]:
+    from apps.memories import services
+
+    # services._lock_address: writers of one (namespace, key) serialise on a two-int advisory lock.
+    return [services._ADDRESS_LOCK_CLASS, json.dumps([item.namespace, item.key], separators=(",", ":"), ensure_ascii=False)]
 _INSERT_EVENT_SQL = (
     'INSERT INTO "memory_events" ("id", "memory_id", "namespace", "key", "kind", "occurred_at", "value_ciphertext", '
     '"attributes") VALUES (%s, %s, %s::text[], %s, %s, (clock_timestamp()), %s, %s) RETURNING "memory_events"."seq"'
@@ -198,6 +213,7 @@ class Floor:
         now = datetime.now(UTC)
         with conn.transaction():
             cur = conn.cursor()
+            cur.execute(_ADDRESS_LOCK_SQL, _address_lock_params(item))
             row = cur.execute(_lock_current_sql(item.namespace), [item.key, *item.namespace, "active"]).fetchone()
             kind = "add"
             if row is not None:
@@ -221,6 +237,7 @@ class Floor:
         now = datetime.now(UTC)
         with conn.transaction():
             cur = conn.cursor()
+            cur.execute(_ADDRESS_LOCK_SQL, _address_lock_params(item))
             row = cur.execute(_lock_current_sql(item.namespace), [item.key, *item.namespace, "active"]).fetchone()
             if row is None:
                 return
@@ -646,8 +663,14 @@ def report(
     rows: list[Row],
     policy: list[dict[str, Any]],
     notes: list[str],
+    wrk: dict[str, WrkResult | None] | None = None,
+    memory: MemoryReport | None = None,
 ) -> str:
     out = [f"# Memory endpoints benchmark ({info['date']})", ""]
+    out += ["## Goals (issue 12)", ""]
+    out.append(h.markdown_table(["goal", "value", "target", "met", "measured with"],
+                                goal_rows(rows, wrk or {}, memory), align="lrrll"))
+    out += [""]
     out.append(h.markdown_table(["", ""], [[k, v] for k, v in info.items() if k != "date"], align="ll"))
     out += ["", f"Command: `{h.command_line()}`", ""]
     out.append(
@@ -694,6 +717,29 @@ def report(
             align="lrrr",
         )
     )
+    measured_wrk = [w for key, w in (wrk or {}).items() if w is not None and key != "GET"]
+    if measured_wrk:
+        out += ["", "wrk (C client, one thread), random existing keys:", ""]
+        out.append(h.markdown_table(
+            ["operation", "concurrency", "n", "p50 / p95 / p99 ms", "req/s", "CPU % of one core: wrk / web / pg"],
+            [[w.label, w.concurrency, w.requests, f"{w.p50_ms:.2f} / {w.p95_ms:.2f} / {w.p99_ms:.2f}",
+              h.fmt(w.throughput, 0), f"{w.client_cpu:.0f} / {w.web_cpu:.0f} / {w.pg_cpu:.0f}"] for w in measured_wrk],
+            align="lrrrrr"))
+    if memory is not None:
+        out += ["", f"Memory after the worker indexed {memory.indexed} memories ({memory.index_seconds:.0f} s) and the "
+                "semantic searches (PSS from /proc/PID/smaps_rollup; embedded PostgreSQL and Valkey not counted):", ""]
+        out.append(h.markdown_table(
+            ["process", "pid", "command", "PSS MB", "RSS MB", "torch mapped"],
+            [[p["group"], p["pid"], p["comm"], h.fmt(p["pss_mb"], 1), h.fmt(p["rss_mb"], 0), "yes" if p["torch"] else "no"]
+             for p in memory.processes] + [["total", "", "", h.fmt(memory.total_pss_mb, 1), "", ""]],
+            align="lrlrrl"))
+        out += ["", "Semantic search over HTTP (query embedded in the web worker):", ""]
+        out.append(h.markdown_table(
+            ["concurrency", "n", "p50 / p95 / p99 ms", "req/s"],
+            [[r.concurrency, r.completed, " / ".join(h.fmt(r.ms(q)) for q in (50, 95, 99)), h.fmt(r.throughput, 0)]
+             for r in memory.semantic], align="rrrr"))
+    if any(row.operation == HEALTHZ_ROW for row in rows):
+        notes = [*notes, f"{HEALTHZ_ROW}: the floor column is bench/floor_app.py over HTTP on the same stack."]
     if any(row.http.timed_out or row.floor.timed_out for row in rows):
         notes = [*notes, "n marked * stopped at the time cap (--max-seconds) before its --requests count."]
     if notes:
@@ -737,6 +783,8 @@ def main(argv: Sequence[str]) -> int:
     info: dict[str, Any] = {}
     rows: list[Row] = []
     policy: list[dict[str, Any]] = []
+    wrk_results: dict[str, WrkResult | None] = {}
+    memory: MemoryReport | None = None
     failure: str | None = None
     log_path = h.RESULTS_DIR / "memories-server.log"
     try:
@@ -760,6 +808,14 @@ def main(argv: Sequence[str]) -> int:
             )
             try:
                 measure(bench, items, bodies, floor_items)
+                measure_healthz(bench)
+                get_paths = [f"/v1/memories?{item.query()}" for item in items]
+                random.Random(args.seed + 4).shuffle(get_paths)
+                for concurrency in args.concurrency:
+                    wrk_results[f"GET c{concurrency}"] = run_wrk(bench, "GET", get_paths, concurrency, args.wrk_seconds)
+                wrk_results["GET"] = wrk_results.get(f"GET c{max(args.concurrency)}")
+                if args.semantic_memories:
+                    memory = measure_memory_and_semantic(bench, args.semantic_memories)
             except h.BenchError as exc:
                 failure = str(exc)
             rows = bench.rows
@@ -769,7 +825,7 @@ def main(argv: Sequence[str]) -> int:
         return 130
     info["load_avg_at_end"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
     info["duration_s"] = round(time.monotonic() - started)
-    text = report(args, info, rows, policy, notes)
+    text = report(args, info, rows, policy, notes, wrk_results, memory)
     print(text)
     path = h.write_json(
         "memories",
@@ -780,6 +836,13 @@ def main(argv: Sequence[str]) -> int:
             "rows": [{"operation": r.operation, "concurrency": r.concurrency, "http": r.http.summary(),
                       "floor": r.floor.summary()} for r in rows],
             "policy": policy,
+            "wrk": {k: vars(v) for k, v in wrk_results.items() if v is not None},
+            "memory": None if memory is None else {
+                "processes": memory.processes, "total_pss_mb": memory.total_pss_mb, "indexed": memory.indexed,
+                "index_seconds": round(memory.index_seconds, 1),
+                "semantic": [r.summary() for r in memory.semantic],
+            },
+            "goals": goal_rows(rows, wrk_results, memory),
             "notes": notes,
             "failure": failure,
         },
@@ -789,6 +852,289 @@ def main(argv: Sequence[str]) -> int:
         print(f"\nFAILED: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+
+# --- /healthz against the framework floor, wrk throughput, memory and semantic search ------------------------------
+
+
+def measure_healthz(bench: Bench) -> None:
+    """/healthz of the service next to the same route of bench/floor_app.py: a minimal DRF view, no middleware, on
+    the same gunicorn + uvicorn + a2wsgi stack, started here with the same flags (its row's "floor" column)."""
+    args = bench.args
+    log_path = h.RESULTS_DIR / "memories-floor-view.log"
+    with h.web_server(
+        bench.database_url, workers=args.web_workers, log_path=log_path,
+        app="floor_app:application", gunicorn_args=("--chdir", "bench"),
+    ) as floor_server:
+        for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
+            count = requests * 2
+            results = []
+            for base_url, cpu in ((bench.server.base_url, bench.cpu), (floor_server.base_url, None)):
+                result = h.run_load(
+                    f"healthz {base_url}",
+                    lambda _i, u=base_url: h.HttpWorker(u, {}, lambda s, i: s.request("GET", "/healthz")),
+                    concurrency=concurrency, requests=count, max_seconds=args.max_seconds, cpu=cpu,
+                )
+                if result.errors:
+                    raise h.BenchError(f"/healthz at {base_url}: {result.errors} failed, e.g. {result.error_samples}")
+                results.append(result)
+            h.log(f"/healthz c{concurrency}: service p50 {results[0].ms(50):.3f} ms, minimal DRF view {results[1].ms(50):.3f} ms")
+            bench.rows.append(Row(HEALTHZ_ROW, concurrency, results[0], results[1]))
+
+
+HEALTHZ_ROW = "/healthz (floor: minimal DRF view)"
+
+_WRK_LUA = r"""
+local paths = {}
+for line in io.lines(os.getenv("BENCH_WRK_PATHS")) do paths[#paths + 1] = line end
+local headers = {["Authorization"] = "Bearer " .. os.getenv("BENCH_WRK_TOKEN")}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", paths[(i % #paths) + 1], headers)
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "WRKJSON {\"requests\": %d, \"duration_us\": %d, \"errors\": %d, \"p50_us\": %d, \"p95_us\": %d, \"p99_us\": %d}\n",
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.status + e.timeout,
+    latency:percentile(50), latency:percentile(95), latency:percentile(99)))
+end
+"""
+
+
+@dataclass
+class WrkResult:
+    label: str
+    concurrency: int
+    requests: int
+    throughput: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    client_cpu: float
+    web_cpu: float
+    pg_cpu: float
+
+
+def run_wrk(bench: Bench, label: str, paths: list[str], concurrency: int, seconds: float) -> WrkResult | None:
+    """Closed-loop GETs from wrk (C, one thread): the Python client costs about 1 ms of CPU per request, which on
+    2 cores would cap what it can show; wrk's own CPU is reported next to the result."""
+    import resource
+    import shutil
+    import subprocess
+    import tempfile
+
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="bench-wrk-") as tmp:
+        paths_file, script = os.path.join(tmp, "paths.txt"), os.path.join(tmp, "get.lua")
+        with open(paths_file, "w") as handle:
+            handle.write("\n".join(paths) + "\n")
+        with open(script, "w") as handle:
+            handle.write(_WRK_LUA)
+        env = {**os.environ, "BENCH_WRK_PATHS": paths_file, "BENCH_WRK_TOKEN": bench.token}
+        before_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = bench.cpu.sample()
+        started = time.monotonic()
+        output = subprocess.run(
+            [wrk, "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "-s", script, bench.server.base_url],
+            env=env, capture_output=True, text=True, timeout=seconds + 60, check=False,
+        )
+        wall = time.monotonic() - started
+        after = bench.cpu.sample()
+        after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = next((x for x in output.stdout.splitlines() if x.startswith("WRKJSON ")), None)
+    if line is None:
+        raise h.BenchError(f"wrk failed: {output.stdout[-500:]} {output.stderr[-500:]}")
+    data = json.loads(line[len("WRKJSON "):])
+    if data["errors"]:
+        raise h.BenchError(f"{label}: wrk saw {data['errors']} errors (non-2xx or socket)")
+    client = (after_children.ru_utime + after_children.ru_stime) - (before_children.ru_utime + before_children.ru_stime)
+    result = WrkResult(
+        label, concurrency, data["requests"], data["requests"] / (data["duration_us"] / 1e6),
+        data["p50_us"] / 1000, data["p95_us"] / 1000, data["p99_us"] / 1000,
+        100 * client / wall,
+        100 * (after.get("web", 0) - before.get("web", 0)) / wall,
+        100 * (after.get("postgres", 0) - before.get("postgres", 0)) / wall,
+    )
+    h.log(f"{label:<22} c{concurrency:<3} wrk   n={result.requests:<6} p50={result.p50_ms:7.2f} ms "
+          f"p99={result.p99_ms:7.2f} ms {result.throughput:8.1f}/s (wrk CPU {result.client_cpu:.0f}%)")
+    return result
+
+
+SEMANTIC_NS = [*ROOT, "semantic"]
+SEMANTIC_QUERIES = (
+    "what coffee does bob drink in the morning", "when is the quarterly roadmap review", "deploy the rust service",
+    "customer feedback about latency", "travel plans for kyoto", "which tone should emails have",
+)
+
+
+@dataclass
+class MemoryReport:
+    processes: list[dict[str, Any]]
+    total_pss_mb: float
+    indexed: int
+    index_seconds: float
+    semantic: list[h.RunResult]
+
+
+def measure_memory_and_semantic(bench: Bench, count: int) -> MemoryReport:
+    """Start the Procfile's worker and beat next to the web server (same environment), index ``count`` memories,
+    run semantic searches over HTTP, then read every process's PSS: web (gunicorn master + workers), worker, beat;
+    the embedded PostgreSQL and Valkey are not counted."""
+    import signal
+    import subprocess
+
+    from apps.core.supervisor import read_procfile
+
+    procfile = read_procfile(h.REPO_ROOT / "Procfile")
+    env = h.server_env(bench.database_url, PROMETHEUS_MULTIPROC_DIR=tempfile_dir())
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    log_files = []
+    try:
+        for name in ("worker", "beat"):
+            log_file = open(h.RESULTS_DIR / f"memories-{name}.log", "wb")
+            log_files.append(log_file)
+            started[name] = subprocess.Popen(
+                ["sh", "-c", f"exec {procfile[name]}"], env=env, cwd=h.REPO_ROOT, stdout=log_file,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        rng = random.Random(bench.args.seed + 5)
+        session = bench.session()
+        try:
+            for i in range(count):
+                value = make_value(rng, i)
+                body = {"namespace": SEMANTIC_NS, "key": f"s{i:05d}", "value": value, "index": {"text": value["text"]}}
+                session.request("PUT", "/v1/memories", json.dumps(body).encode())
+        finally:
+            session.close()
+        t0 = time.monotonic()
+        import psycopg
+
+        with psycopg.connect(bench.database_url, autocommit=True) as conn:
+            while True:
+                pending = conn.execute("SELECT count(*) FROM memories WHERE index_status = 'pending'").fetchone()[0]
+                if pending == 0:
+                    break
+                if time.monotonic() - t0 > 600:
+                    raise h.BenchError(f"the worker left {pending} memories unindexed after 600 s")
+                for name, process in started.items():
+                    if process.poll() is not None:
+                        raise h.BenchError(f"{name} exited with {process.returncode}; see bench/results/memories-{name}.log")
+                time.sleep(0.5)
+        index_seconds = time.monotonic() - t0
+        h.log(f"worker indexed {count} memories in {index_seconds:.1f} s")
+        semantic = []
+        for concurrency, requests in ((1, 100), (16, 400)):
+            bodies = [json.dumps({"namespace_prefix": ROOT, "query": f"{SEMANTIC_QUERIES[n % len(SEMANTIC_QUERIES)]} {n}",
+                                  "limit": 10}).encode() for n in range(requests)]
+
+            def search(session: h.HttpSession, i: int, bodies: list[bytes] = bodies) -> None:
+                session.request("POST", "/v1/memories/search", bodies[i])
+
+            result = h.run_load(
+                f"semantic c{concurrency}",
+                lambda _i, search=search: h.HttpWorker(bench.server.base_url, bench.headers, search),
+                concurrency=concurrency, requests=requests, max_seconds=bench.args.max_seconds, cpu=bench.cpu,
+            )
+            if result.errors:
+                raise h.BenchError(f"semantic search: {result.errors} failed, e.g. {result.error_samples}")
+            h.log(f"semantic search ({count} indexed) c{concurrency}: p50 {result.ms(50):.1f} ms p95 {result.ms(95):.1f} ms")
+            semantic.append(result)
+        processes = []
+        for name, root in (("web", bench.server.process.pid), ("worker", started["worker"].pid),
+                           ("beat", started["beat"].pid)):
+            for pid in h.process_tree(root):
+                rollup = h.smaps_rollup(pid)
+                if not rollup:
+                    continue
+                comm = (Path("/proc") / str(pid) / "comm").read_text().strip() if (Path("/proc") / str(pid)).exists() else "?"
+                processes.append({
+                    "group": name, "pid": pid, "comm": comm, "pss_mb": round(rollup.get("Pss", 0) / 1024, 1),
+                    "rss_mb": round(rollup.get("Rss", 0) / 1024, 1),
+                    "torch": h.maps_library(pid, "libtorch_cpu"),
+                })
+        total = round(sum(p["pss_mb"] for p in processes), 1)
+        for p in processes:
+            h.log(f"PSS {p['group']:<6} pid {p['pid']:<7} {p['comm']:<16} {p['pss_mb']:7.1f} MB (RSS {p['rss_mb']:.0f}) torch={p['torch']}")
+        h.log(f"PSS total (web + worker + beat): {total:.1f} MB")
+        return MemoryReport(processes, total, count, index_seconds, semantic)
+    finally:
+        for process in started.values():
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        for process in started.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        for log_file in log_files:
+            log_file.close()
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="bench-prometheus-worker-")
+
+
+# --- Goals (issue 12) ---------------------------------------------------------------------------------------------
+
+
+def goal_rows(rows: list[Row], wrk: dict[str, WrkResult | None], memory: MemoryReport | None) -> list[list[str]]:
+    def row(operation: str, concurrency: int) -> Row | None:
+        return next((r for r in rows if r.operation == operation and r.concurrency == concurrency), None)
+
+    goals: list[list[str]] = []
+
+    def add(name: str, value: float | None, goal: str, met: bool | None, how: str) -> None:
+        goals.append([name, "-" if value is None else h.fmt(value, 2), goal,
+                      "-" if met is None else ("yes" if met else "NO"), how])
+
+    c_low, c_high = 1, 16
+    for operation, p50_goal, rps_goal in (("GET", 1.5, 1200), ("PUT (add)", 4.0, 400), ("PUT (update)", 4.0, 400)):
+        low = row(operation, c_low)
+        add(f"{operation} p50 ms (c1)", low.http.ms(50) if low else None, f"≤ {p50_goal}",
+            low.http.ms(50) <= p50_goal if low else None, "Python client")
+        high = row(operation, c_high)
+        wrk_result = wrk.get(operation)
+        if wrk_result is not None:
+            add(f"{operation} req/s (c16)", wrk_result.throughput, f"≥ {rps_goal}", wrk_result.throughput >= rps_goal,
+                f"wrk (client CPU {wrk_result.client_cpu:.0f}%, web {wrk_result.web_cpu:.0f}%, pg {wrk_result.pg_cpu:.0f}%)")
+        elif high is not None:
+            add(f"{operation} req/s (c16)", high.http.throughput, f"≥ {rps_goal}", high.http.throughput >= rps_goal,
+                f"Python client (client CPU {high.http.cpu_percent.get('client', 0):.0f}%, web "
+                f"{high.http.cpu_percent.get('web', 0):.0f}%)")
+    events = row("events page", c_low)
+    add("events page (50) p50 ms (c1)", events.http.ms(50) if events else None, "≤ 3",
+        events.http.ms(50) <= 3 if events else None, "Python client")
+    for operation in ("search (user/bob)", "search (narrow prefix)", "namespaces"):
+        r = row(operation, c_low)
+        ratio = r.http.ms(50) / r.floor.ms(50) if r else None
+        add(f"{operation} p50 / floor (c1)", ratio, "≤ 2x", ratio <= 2 if r else None,
+            f"floor {r.floor.ms(50):.2f} ms" if r else "")
+    health = row(HEALTHZ_ROW, c_low)
+    delta = health.http.ms(50) - health.floor.ms(50) if health else None
+    add("/healthz p50 - minimal DRF view p50 ms (c1)", delta, "≤ 0.2", delta <= 0.2 if health else None,
+        f"{health.http.ms(50):.3f} vs {health.floor.ms(50):.3f} ms" if health else "")
+    if memory is not None:
+        add("PSS web + worker + beat MB", memory.total_pss_mb, "≤ 1200", memory.total_pss_mb <= 1200,
+            f"after indexing {memory.indexed} and {sum(r.completed for r in memory.semantic)} semantic searches")
+        with_torch = sorted({p["group"] for p in memory.processes if p["torch"]})
+        add("processes with torch mapped", sum(p["torch"] for p in memory.processes), "only embedders", None,
+            ", ".join(f"{p['group']}:{p['comm']}" for p in memory.processes if p["torch"]) or "none")
+        del with_torch
+        for result in memory.semantic:
+            limit = 50 if result.concurrency == 1 else 150
+            add(f"semantic search p95 ms (c{result.concurrency}, {memory.indexed} indexed)", result.ms(95),
+                f"≤ {limit} at 100k", None, "100k: bench/semantic_search.py")
+    return goals
 
 
 if __name__ == "__main__":

@@ -7,16 +7,26 @@ from celery.signals import worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
 
+from apps.core.native import tune_malloc
+
+# Before the worker's threads start (Procfile --pool threads): malloc gives memory back (apps.core.native).
+tune_malloc()
+
 app = Celery("memory_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
 @worker_ready.connect
-def _check_configuration(**_kwargs) -> None:
+def _check_configuration(sender=None, **_kwargs) -> None:
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
     from apps.core import startup
 
     startup.check_or_die()
+    if not isinstance(getattr(sender, "pool", None), PreforkPool):
+        # A threads or solo pool (the Procfile's): this process runs the tasks, so it embeds.
+        startup.warm_up_embedder()
 
 
 @worker_process_init.connect

@@ -49,7 +49,7 @@ def database_from_url(url: str, conn_max_age: int) -> dict:
 
     params = conninfo_to_dict(url)
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "apps.core.db",  # Django's postgresql backend, health check without a round trip
         "NAME": params.pop("dbname", "memory_service"),
         "USER": params.pop("user", ""),
         "PASSWORD": params.pop("password", ""),

@@ -74,6 +74,8 @@ class LiveService:
         gunicorn = Path(sys.executable).with_name("gunicorn")
         argv = [
             str(gunicorn),
+            "-c",
+            "config/gunicorn.conf.py",
             "config.asgi:application",
             "-k",
             "uvicorn_worker.UvicornWorker",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 
 from django.conf import settings
+from django.contrib.messages.middleware import MessageMiddleware
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
@@ -40,7 +42,8 @@ class RequestContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        supplied = request.headers.get("X-Request-ID", "")
+        # From META directly: request.headers would build a dict of every header on each request just for this.
+        supplied = request.META.get("HTTP_X_REQUEST_ID", "")
         request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
         request.request_id = request_id
         token = set_request_id(request_id)
@@ -107,6 +110,15 @@ class ApiCsrfViewMiddleware(CsrfViewMiddleware):
         return super().process_view(request, callback, callback_args, callback_kwargs)
 
 
+class ApiMessageMiddleware(MessageMiddleware):
+    """Django's flash messages belong to the admin's cookie-session pages; building their cookie/session storage
+    (a cookie signer per request) is skipped under the API, which never renders or sets them."""
+
+    def process_request(self, request: HttpRequest) -> None:
+        if not is_api_path(request.path_info):
+            super().process_request(request)
+
+
 def _route_of(request: HttpRequest) -> str:
     """The URL pattern, not the path: bounded metric cardinality, and no ids or names in logs."""
     match = getattr(request, "resolver_match", None)
@@ -115,6 +127,7 @@ def _route_of(request: HttpRequest) -> str:
     return "/" + _named_groups_as_placeholders(match.route.replace("^", "").replace("$", ""))
 
 
+@functools.lru_cache(maxsize=1024)  # one entry per URL pattern: the input is a route, never a path
 def _named_groups_as_placeholders(route: str) -> str:
     """``conversations/(?P<conversationId>(?!search$)[^/]+)/entries`` (a DRF router's regex) →
     ``conversations/{conversationId}/entries``, like the OpenAPI paths."""

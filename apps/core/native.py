@@ -14,6 +14,19 @@ import logging
 logger = logging.getLogger(__name__)
 
 
+def torch_environment() -> None:
+    """Settings torch's OpenMP runtime reads once, when torch is first imported; call before that import.
+
+    OMP_WAIT_POLICY=PASSIVE: OpenMP's threads sleep when a parallel region ends instead of spinning for the next
+    one. On this 2-core machine the spinning took the cores the request threads and PostgreSQL needed: a one-query
+    encode cost 178-239 ms of wall time (200 ms CPU) under load, 34-55 ms passive (issue 12). An explicit
+    OMP_WAIT_POLICY in the environment wins.
+    """
+    import os
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def preload_before_regopy() -> None:
     from django.conf import settings
 
@@ -21,4 +34,38 @@ def preload_before_regopy() -> None:
         settings, "PRELOAD_TORCH", False
     )
     if wants_local_model and importlib.util.find_spec("torch") is not None:
+        torch_environment()
         import torch  # noqa: F401
+
+
+# glibc <malloc.h> mallopt parameters, with the environment variable glibc itself reads for each.
+_MALLOPT = (
+    (-8, "MALLOC_ARENA_MAX", 2),  # M_ARENA_MAX
+    (-3, "MALLOC_MMAP_THRESHOLD_", 256 * 1024),  # M_MMAP_THRESHOLD
+    (-1, "MALLOC_TRIM_THRESHOLD_", 1024 * 1024),  # M_TRIM_THRESHOLD
+)
+
+
+def tune_malloc() -> None:
+    """Make glibc's malloc give memory back, for the long-running web and worker processes (issue 12).
+
+    * Arenas capped at 2: glibc gives threads their own arenas (up to 8 per core), each keeping its free memory.
+    * Allocations from 256 KiB are mmap'd and returned on free, and the heap top is trimmed above 1 MiB: glibc's
+      default raises the mmap threshold as large blocks are freed, so torch's activation buffers end up in the heap
+      and stay there. Measured with the local model: 64 texts in batches of 32 grew a process by 190 MB with the
+      defaults, by 34 MB with these; single-query encodes used no more CPU.
+
+    Call early, before the threads start; forked children inherit it. An environment variable glibc reads
+    (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) wins over the value here. No effect on
+    other C libraries.
+    """
+    import ctypes
+    import os
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        for parameter, variable, value in _MALLOPT:
+            if not os.environ.get(variable):
+                libc.mallopt(parameter, value)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        logger.debug("mallopt unavailable; malloc left at its defaults")

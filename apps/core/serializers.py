@@ -15,8 +15,37 @@ from apps.core import errors
 from apps.core.pagination import LIMITS
 
 
+def _clone_field(field: serializers.Field) -> serializers.Field:
+    """An unbound copy of a prototype field, as DRF's deepcopy would make it, without re-running ``__init__``.
+
+    Leaf fields hold no per-request state (bind() sets name/parent on the copy), so a shallow copy is enough; a
+    container's child is cloned too and re-parented to the copy, so parent/root/context chains are exactly DRF's. Nested
+    serializers keep DRF's deepcopy (they cache bound fields and instance state of their own)."""
+    if isinstance(field, serializers.BaseSerializer):
+        return copy.deepcopy(field)
+    clone = copy.copy(field)
+    child = getattr(field, "child", None)  # ListField, DictField
+    if isinstance(child, serializers.Field):
+        # The prototype's child is already bound (name "", source ""), as DRF binds it in __init__: only its
+        # parent differs.
+        clone.child = _clone_field(child)
+        clone.child.parent = clone
+    return clone
+
+
 class StrictSerializer(serializers.Serializer):
-    """Rejects unknown top-level fields (D1): a misspelt field is a 400, not silently ignored."""
+    """Rejects unknown top-level fields (D1): a misspelt field is a 400, not silently ignored.
+
+    Fields are cloned from per-class prototypes: DRF deep-copies the declared fields for every instance, and each
+    Field.__deepcopy__ re-runs __init__ (validators, lazy messages): 240 µs of a 430 µs GET address validation."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        cls = type(self)
+        prototypes = cls.__dict__.get("_field_prototypes")
+        if prototypes is None:
+            prototypes = copy.deepcopy(self._declared_fields)
+            cls._field_prototypes = prototypes  # a race only builds the same prototypes twice
+        return {name: _clone_field(field) for name, field in prototypes.items()}
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):

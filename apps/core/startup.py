@@ -28,3 +28,16 @@ def warm_up_embedder() -> None:
             start_loading(provider.torch_threads)
     except Exception:  # a failed warm-up must not kill the server; /readyz shows the cause
         logger.warning("embedding provider warm-up failed", exc_info=True)
+
+
+def import_embedder_modules() -> None:
+    """Import the local provider's libraries (torch, sentence-transformers) without loading or running the model:
+    done in a pre-fork parent, their module objects are shared by every child copy-on-write."""
+    try:
+        from apps.core.embeddings import get_provider
+        from apps.core.embeddings.local import LocalEmbeddingProvider
+
+        if isinstance(get_provider(), LocalEmbeddingProvider):
+            import sentence_transformers  # noqa: F401
+    except Exception:  # the workers load (and report) the provider themselves
+        logger.warning("embedding libraries could not be imported before the fork", exc_info=True)

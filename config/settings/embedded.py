@@ -15,7 +15,8 @@ from config.env import database_from_url, env_bool, env_str
 from .base import *  # noqa: F403
 from .base import DATA_DIR, DB_CONN_MAX_AGE
 
-DEBUG = env_bool("DEBUG", True)
+# Off like production (README): DEBUG keeps every SQL statement per connection in memory and wraps each cursor.
+DEBUG = env_bool("DEBUG", False)
 DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", True)
 
 

@@ -175,3 +175,34 @@ def test_admin_session_cookie_is_no_api_credential(csrf_client, operator):
     )
     assert response.status_code == 401
     assert_d1(response)
+
+
+@pytest.mark.parametrize(
+    ("accept", "status"),
+    [
+        (None, 200),
+        ("*/*", 200),
+        ("application/json", 200),
+        ("application/json; indent=2", 200),
+        ("text/*, */*;q=0.1", 200),
+        ("text/html", 406),
+        ("", 406),
+    ],
+)
+def test_content_negotiation(csrf_client, mint_token, accept, status):
+    # The fast answer for no Accept / */* must be DRF's own; everything else still goes through DRF's negotiation.
+    extra = {"HTTP_AUTHORIZATION": f"Bearer {mint_token('bob')}"}
+    if accept is not None:
+        extra["HTTP_ACCEPT"] = accept
+    response = csrf_client.get("/v1/me", **extra)
+    assert response.status_code == status, response.content[:200]
+    assert_d1(response, accept or "")
+    assert response["Content-Type"].startswith("application/json")
+    if accept == "application/json; indent=2":
+        assert response.content.startswith(b"{\n  ")
+
+
+def test_format_override_still_negotiated(csrf_client, mint_token):
+    response = csrf_client.get("/v1/me?format=xml", HTTP_AUTHORIZATION=f"Bearer {mint_token('bob')}")
+    assert response.status_code == 404 or response.status_code == 406, response.status_code
+    assert_d1(response)

@@ -426,3 +426,41 @@ def test_local_model_dimension_normalization_and_batch_consistency(minilm: local
         assert len(vector) == 384
         assert norm(vector) == pytest.approx(1.0, abs=1e-4)
         assert vector == pytest.approx(minilm.embed_query(text), abs=1e-4)
+
+
+def test_local_concurrent_queries_are_batched_and_each_gets_its_own_vector(monkeypatch: pytest.MonkeyPatch) -> None:
+    batches: list[list[str]] = []
+
+    class FakeModel:
+        def encode(self, texts: list[str], **kwargs: Any) -> Any:
+            assert kwargs["normalize_embeddings"] is True
+            time.sleep(0.05)  # while this batch runs, the other queries arrive
+            batches.append(list(texts))
+            return [types.SimpleNamespace(tolist=lambda t=t: [float(len(t))] + [0.0] * 383) for t in texts]
+
+    monkeypatch.setattr(local_module, "_load_model", lambda threads: FakeModel())
+    provider = local_module.LocalEmbeddingProvider()
+    texts = ["x" * n for n in range(1, 13)]
+    results: dict[str, list[float]] = {}
+    workers = [threading.Thread(target=lambda t=t: results.__setitem__(t, provider.embed_query(t))) for t in texts]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert {t: v[0] for t, v in results.items()} == {t: float(len(t)) for t in texts}
+    assert sorted(t for batch in batches for t in batch) == sorted(texts)  # each query encoded exactly once
+    assert len(batches) < len(texts)  # and some of them together
+
+
+@pytest.mark.model
+def test_local_batched_query_vectors_match_lone_encodes(minilm: local_module.LocalEmbeddingProvider) -> None:
+    texts = ["what coffee does bob drink", "deploy the rust service on friday", "a much longer query " * 6]
+    alone = [minilm.embed_query(t) for t in texts]
+    together: dict[str, list[float]] = {}
+    workers = [threading.Thread(target=lambda t=t: together.__setitem__(t, minilm.embed_query(t))) for t in texts * 3]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    for text, vector in zip(texts, alone, strict=True):
+        assert max(abs(a - b) for a, b in zip(vector, together[text], strict=True)) < 1e-5

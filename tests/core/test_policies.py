@@ -637,3 +637,79 @@ def test_readiness_check_is_registered():
 
     assert readiness._CHECKS["policy_engine"] is policy_engine.check
     policy_engine.check()
+
+
+# --- decision cache: a reused decision is the same policy generation on the same input ---------------------------
+
+FLAG_AUTHZ = """package memories.authz
+import rego.v1
+default decision := {"allow": false, "reason": "no flag"}
+decision := {"allow": true} if input.flag == true
+"""
+
+
+def _count_queries(monkeypatch) -> list[str]:
+    from apps.core.policy import _rego_io
+
+    calls: list[str] = []
+    real = _rego_io.query
+
+    def counting(interpreter, bundle, entrypoint):
+        calls.append(entrypoint)
+        return real(interpreter, bundle, entrypoint)
+
+    monkeypatch.setattr(_rego_io, "query", counting)
+    return calls
+
+
+def test_identical_input_reuses_the_decision(builtin, monkeypatch):
+    calls = _count_queries(monkeypatch)
+    for _ in range(3):
+        assert builtin.filter(filter_input([], user="alice")) == FilterResult(
+            ["user", "alice"], {"namespace": "user", "sub": "alice"}
+        )
+    assert len(calls) == 1
+    assert builtin.filter(filter_input([], user="bob")).namespace_prefix == ["user", "bob"]  # another input
+    assert len(calls) == 2
+
+
+def test_inputs_equal_only_after_conversion_are_evaluated_separately(tmp_path):
+    engine = custom_engine(tmp_path / "p", authz=FLAG_AUTHZ)
+    base = {"namespace": ["user", "alice"], "context": ctx()}
+    assert engine.authorize({**base, "flag": True}) == ALLOWED
+    assert engine.authorize({**base, "flag": 1}) == Decision(False, "no flag")  # 1 is not true in Rego
+    assert engine.authorize({**base, "flag": "True"}) == Decision(False, "no flag")
+    assert engine.authorize({**base, "flag": True}) == ALLOWED
+
+
+def test_cached_decision_cannot_be_mutated_by_a_caller(builtin):
+    first = builtin.filter(filter_input([], user="alice"))
+    first.attribute_filter["sub"] = "mallory"
+    first.namespace_prefix.append("x")
+    assert builtin.filter(filter_input([], user="alice")) == FilterResult(
+        ["user", "alice"], {"namespace": "user", "sub": "alice"}
+    )
+
+
+def test_failed_evaluations_are_not_cached(builtin):
+    bad = {"namespace": ["user", "alice"], "context": ctx(), "value": {"n": float("nan")}}
+    for _ in range(2):
+        with pytest.raises(errors.ApiError):
+            builtin.authorize(bad)
+
+
+def test_policy_with_non_deterministic_builtin_is_never_cached(tmp_path, monkeypatch):
+    clock_authz = FLAG_AUTHZ.replace("input.flag == true", "time.now_ns() > 0")
+    engine = custom_engine(tmp_path / "p", authz=clock_authz)
+    calls = _count_queries(monkeypatch)
+    for _ in range(3):
+        assert engine.authorize(authz_input(["user", "alice"])) == ALLOWED
+    assert len(calls) == 3
+
+
+def test_large_inputs_bypass_the_cache(builtin, monkeypatch):
+    calls = _count_queries(monkeypatch)
+    data = {**authz_input(["user", "alice"], operation="write"), "value": {"text": "x" * 10_000}}
+    for _ in range(2):
+        assert builtin.authorize(data) == ALLOWED
+    assert len(calls) == 2

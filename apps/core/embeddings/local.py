@@ -6,6 +6,7 @@ offline mode before they are imported, so a missing file fails fast instead of h
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
@@ -43,6 +44,71 @@ _load_lock = threading.Lock()
 # Fast (Rust) tokenizers raise "Already borrowed" when one instance is used from two threads at once, and
 # torch already spreads one batch over all its threads, so concurrent encodes would only contend.
 _encode_lock = threading.Lock()
+# Every encode runs on this one thread. Each distinct thread that enters torch gets its own OpenMP team and
+# allocator state: a web worker whose 16 request threads took turns encoding grew by ~65 MB over a few hundred
+# concurrent semantic searches (issue 12). One thread, created lazily in each process (never before a fork).
+_torch_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_torch_executor_pid: int | None = None
+
+
+def _torch_thread() -> concurrent.futures.ThreadPoolExecutor:
+    global _torch_executor, _torch_executor_pid
+    pid = os.getpid()
+    if _torch_executor is None or _torch_executor_pid != pid:
+        with _load_lock:
+            if _torch_executor is None or _torch_executor_pid != pid:
+                _torch_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
+                _torch_executor_pid = pid
+    return _torch_executor
+
+
+def _in_torch_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return _torch_thread().submit(fn, *args, **kwargs).result()
+
+
+class _QueryBatcher:
+    """Queries that arrive while the torch thread is busy are encoded together, as one batch, when it is free.
+
+    One short query costs about as much as a batch of them (the model's fixed cost per forward pass dominates),
+    so concurrent semantic searches no longer queue one encode behind another. A query alone is encoded alone,
+    exactly as before; in a batch it is padded to the longest query with an attention mask (mean pooling ignores
+    the padding), so its vector matches the lone encode to float rounding."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, concurrent.futures.Future]] = []
+
+    def embed(self, model: SentenceTransformer, text: str, batch_size: int) -> list[float]:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self._pending.append((text, future))
+            schedule = len(self._pending) == 1  # otherwise a scheduled drain has not taken the list yet
+        if schedule:
+            _torch_thread().submit(self._drain, model, batch_size)
+        return future.result()
+
+    def _drain(self, model: SentenceTransformer, batch_size: int) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+        try:
+            with _encode_lock:
+                vectors = model.encode(
+                    [text for text, _ in batch],
+                    batch_size=batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        except Exception as exc:
+            for _, future in batch:
+                future.set_exception(exc)
+            return
+        for (_, future), vector in zip(batch, vectors, strict=True):
+            future.set_result(vector.tolist())
+
+
+_query_batcher = _QueryBatcher()
+
 _model: SentenceTransformer | None = None
 # A model loaded before a fork (gunicorn --preload, celery prefork) can deadlock in torch's thread pool in
 # the child, so each process loads its own.
@@ -74,6 +140,9 @@ def _load_model(torch_threads: int | None) -> SentenceTransformer:
         path = model_path()
         started = time.perf_counter()
         try:
+            from apps.core.native import torch_environment
+
+            torch_environment()
             import torch
             from sentence_transformers import SentenceTransformer
 
@@ -184,13 +253,21 @@ class LocalEmbeddingProvider(EmbeddingProvider):
                 return chunks
             start += stride
 
+    def embed_query(self, text: str) -> list[float]:
+        model = _load_model(self.torch_threads)
+        try:
+            return _query_batcher.embed(model, text, self.batch_size)
+        except Exception as exc:
+            raise EmbeddingError(f"{MODEL_NAME} failed to encode a query: {exc}") from exc
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
         model = _load_model(self.torch_threads)
         try:
             with _encode_lock:
-                vectors: Any = model.encode(
+                vectors: Any = _in_torch_thread(
+                    model.encode,
                     list(texts),
                     batch_size=self.batch_size,
                     normalize_embeddings=True,

@@ -16,7 +16,9 @@ error (once per change of the files).
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import logging
 import re
 import threading
@@ -54,6 +56,53 @@ class _Generation:
     id: int
     sources: tuple[tuple[str, str], ...]  # (path, text) per policy file
     signature: _Signature
+
+    @functools.cached_property
+    def deterministic(self) -> bool:
+        """True when no module calls a built-in whose answer depends on more than the input and the policy text
+        (the clock, randomness, the network, the runtime): only then may a decision be reused (see _DecisionKey)."""
+        return not any(_NONDETERMINISTIC.search(text) for _, text in self.sources)
+
+
+# Built-ins whose result for the same input can change between calls. A policy naming any of them is never cached.
+_NONDETERMINISTIC = re.compile(
+    r"\b(time\.now_ns|rand\.|uuid\.|http\.send|opa\.runtime|net\.|io\.jwt\.decode_verify|trace\b|print\b)"
+)
+# Inputs whose text is longer than this are evaluated without the cache: writes carrying a whole memory value are
+# unique anyway, and the bound keeps the cache small (_DECISION_CACHE_SIZE keys of at most this many characters).
+_CACHE_MAX_INPUT_CHARS = 4096
+_DECISION_CACHE_SIZE = 2048
+
+
+class _GenerationChanged(Exception):
+    def __init__(self, value: Any) -> None:
+        super().__init__("policy generation changed during evaluation")
+        self.value = value
+
+
+class _DecisionKey:
+    """A cache key that is provably the same decision: the same compiled policy generation, the same rule, and the
+    same input. ``repr`` of JSON-shaped values (dict, list, tuple, str, int, float, bool, None) determines the value
+    exactly, including types (1 vs 1.0 vs True, str vs int keys) and float bits; any other type is refused by the
+    evaluation (_rego_io), which raises, and failures are never cached. Rego evaluation is a pure function of
+    (policy, input) when the policy calls no non-deterministic built-in (_Generation.deterministic)."""
+
+    __slots__ = ("generation", "hash", "input", "rule", "text")
+
+    def __init__(self, generation: int, rule: str, input: dict[str, Any], text: str) -> None:
+        self.generation, self.rule, self.input, self.text = generation, rule, input, text
+        self.hash = hash((generation, rule, text))
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _DecisionKey)
+            and self.generation == other.generation
+            and self.rule == other.rule
+            and self.text == other.text
+        )
 
 
 def _quiet_interpreter() -> regopy.Interpreter:
@@ -115,6 +164,9 @@ class RegopyEngine(PolicyEngine):
         self._next_check = 0.0
         self._failed_signature: _Signature | None = None
         self._local = _ThreadState()
+        # Per engine, so tests that rebuild the engine start empty. lru_cache is thread-safe and never caches an
+        # exception; a value is stored as JSON text so no caller can mutate a cached decision.
+        self._cached_value = functools.lru_cache(maxsize=_DECISION_CACHE_SIZE)(self._evaluate_as_json)
 
     # --- loading ------------------------------------------------------------------------------------------------
 
@@ -200,10 +252,32 @@ class RegopyEngine(PolicyEngine):
 
     def _evaluate(self, rule: str, input: dict[str, Any]) -> Any:
         self._maybe_reload()
+        generation = self._generation
+        if generation is not None and generation.deterministic:
+            text = repr(input)
+            if len(text) <= _CACHE_MAX_INPUT_CHARS:
+                try:
+                    cached = self._cached_value(_DecisionKey(generation.id, rule, input, text))
+                except _GenerationChanged as changed:
+                    return changed.value
+                return UNDEFINED if cached is None else json.loads(cached)
+        return self._evaluate_now(rule, input)[0]
+
+    def _evaluate_as_json(self, key: _DecisionKey) -> str | None:
+        value, generation_id = self._evaluate_now(key.rule, key.input)
+        if generation_id != key.generation:
+            # The policies were reloaded between building the key and evaluating: the answer is the new policies'
+            # (as it would be uncached) but must not be stored under the old generation's key.
+            raise _GenerationChanged(value)
+        return None if value is UNDEFINED else json.dumps(value, allow_nan=False)
+
+    def _evaluate_now(self, rule: str, input: dict[str, Any]) -> tuple[Any, int]:
+        """Evaluate in this thread's interpreter; the value and the generation whose bundle computed it."""
         interpreter, bundle = self._thread_bundle()
+        generation_id = self._local.generation_id
         # Not regopy's Input/Output: they truncate strings at NUL and mangle escapes (see _rego_io).
         _rego_io.set_input(interpreter, input)
-        return _rego_io.query(interpreter, bundle, ENTRYPOINTS[rule])
+        return _rego_io.query(interpreter, bundle, ENTRYPOINTS[rule]), generation_id
 
     def check(self) -> None:
         # Exercise the real path (reload check, thread bundle, evaluation) without counting a decision in metrics.
@@ -213,6 +287,7 @@ class RegopyEngine(PolicyEngine):
             "key": "readiness",
             "context": {"user_id": "readiness-probe", "jwt_claims": {"roles": []}},
         }
-        value = self._evaluate(AUTHZ, probe)
+        self._maybe_reload()
+        value = self._evaluate_now(AUTHZ, probe)[0]  # not cached: readiness must reach rego-cpp
         if value is not UNDEFINED and not isinstance(value, dict):
             raise PolicyEvaluationError("authz decision is not an object")

@@ -1,0 +1,62 @@
+"""The framework floor for /healthz (bench only, never routed by the service): one minimal DRF view on the service's
+own stack (gunicorn + uvicorn workers + a2wsgi + Django + DRF, same WSGI threads and GIL switch interval as
+config/asgi.py) with no middleware, no authentication and no database.
+
+Served by bench/memories.py with the service's gunicorn flags: ``gunicorn --chdir bench floor_app:application``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from django.conf import settings
+
+settings.configure(
+    DEBUG=False,
+    SECRET_KEY="bench-floor-only",
+    ALLOWED_HOSTS=["*"],
+    ROOT_URLCONF=__name__,
+    MIDDLEWARE=[],
+    INSTALLED_APPS=["rest_framework"],
+    USE_TZ=True,
+    REST_FRAMEWORK={
+        "DEFAULT_AUTHENTICATION_CLASSES": [],
+        "DEFAULT_PERMISSION_CLASSES": [],
+        "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+        "UNAUTHENTICATED_USER": None,
+    },
+)
+
+import django  # noqa: E402
+
+django.setup()
+
+from a2wsgi import WSGIMiddleware  # noqa: E402
+from django.core.wsgi import get_wsgi_application  # noqa: E402
+from django.urls import path  # noqa: E402
+from rest_framework.response import Response  # noqa: E402
+from rest_framework.views import APIView  # noqa: E402
+
+
+class Ok(APIView):
+    def get(self, request):
+        return Response({"status": "ok"})
+
+
+urlpatterns = [path("healthz", Ok.as_view()), path("readyz", Ok.as_view())]
+
+sys.setswitchinterval(int(os.environ.get("GIL_SWITCH_INTERVAL_MS", "1")) / 1000)
+_wsgi = WSGIMiddleware(get_wsgi_application(), workers=int(os.environ.get("WSGI_THREADS", "16")))
+
+
+async def application(scope, receive, send) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    await _wsgi(scope, receive, send)

@@ -1,0 +1,37 @@
+"""gunicorn settings of the web process (Procfile: ``gunicorn -c config/gunicorn.conf.py config.asgi:application``).
+
+The application is imported once in the master before the workers fork (``preload_app``), so the workers share
+its pages copy-on-write: Django, the policy engine and, with the local embedding model, torch and
+sentence-transformers (~300 MB of module objects per process, issue 12). The model itself is loaded in each worker
+after the fork (``post_fork``): torch's thread pool does not survive a fork once it has run, so the master never
+loads or runs the model. GUNICORN_PRELOAD=false imports the application in each worker instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+from apps.core.native import tune_malloc
+
+# Before the application's threads exist; the workers inherit it (see apps.core.native).
+tune_malloc()
+
+preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() not in ("0", "false", "no", "off")
+if preload_app:
+    # Read by config.wsgi while the master imports the application: defer the model warm-up to post_fork.
+    os.environ["WEB_PRELOAD_MASTER_PID"] = str(os.getpid())
+
+
+def when_ready(server) -> None:
+    # Before the first fork: no database connection may be shared between the master and its workers.
+    if preload_app:
+        from django.db import connections
+
+        connections.close_all()
+
+
+def post_fork(server, worker) -> None:
+    if preload_app:
+        from apps.core import startup
+
+        startup.warm_up_embedder()
