@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from apps.conversations import selectors, vector_index
-from apps.core import claims, vectors
+from apps.core import claims, metrics, vectors
 from apps.core.embeddings import EmbeddingError, get_provider
 
 logger = logging.getLogger(__name__)
@@ -184,20 +184,31 @@ def run_cycle(batch_size: int | None = None, max_batches: int = 50) -> CycleRepo
             _release(item.entry_id for item in work)
         if not ok:
             break
+    update_backlog_metrics()
     return report
 
 
 def backlog() -> tuple[int, float]:
-    """(entries waiting for the indexer, age in seconds of the oldest one)."""
-    auto = "OR (indexed_content IS NULL AND channel = 'history')" if settings.CONVERSATION_AUTO_INDEX else ""
+    """(entries of live conversations waiting for the indexer, age in seconds of the oldest one)."""
+    auto = "OR (e.indexed_content IS NULL AND e.channel = 'history')" if settings.CONVERSATION_AUTO_INDEX else ""
+    where = f"(e.embedding_pending {auto})"
+    sql = (
+        "SELECT count(*), coalesce(extract(epoch FROM now() - min(e.created_at)), 0) FROM conversation_entries e "  # noqa: S608
+        f"JOIN conversations c ON c.id = e.conversation_id AND c.deleted_at IS NULL WHERE {where}"
+    )
     with connection.cursor() as cursor:
-        where = f"embedding_pending {auto}"
-        sql = f"SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM conversation_entries WHERE {where}"  # noqa: S608
         cursor.execute(sql)
         count, lag = cursor.fetchone()
     return int(count), float(lag)
 
 
-def readiness_info() -> dict:
+def update_backlog_metrics() -> tuple[int, float]:
     count, lag = backlog()
+    metrics.CONVERSATION_INDEXER_BACKLOG.set(count)
+    metrics.CONVERSATION_INDEXER_LAG.set(lag)
+    return count, lag
+
+
+def readiness_info() -> dict:
+    count, lag = update_backlog_metrics()
     return {"backlog": count, "oldest_pending_seconds": round(lag, 3)}

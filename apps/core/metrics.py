@@ -28,6 +28,13 @@ INDEXER_BACKLOG = Gauge(
 INDEXER_LAG = Gauge(
     "memory_indexer_lag_seconds", "Age of the oldest memory version waiting to be embedded.", multiprocess_mode="livemax"
 )
+CONVERSATION_INDEXER_BACKLOG = Gauge(
+    "conversation_indexer_backlog", "Conversation entries waiting for index text or vectors.", multiprocess_mode="livemax"
+)
+CONVERSATION_INDEXER_LAG = Gauge(
+    "conversation_indexer_lag_seconds", "Age of the oldest conversation entry waiting to be indexed.",
+    multiprocess_mode="livemax",
+)
 SSE_CONNECTIONS = Gauge("sse_connections", "Open server-sent-event streams.", multiprocess_mode="livesum")
 SSE_EVENTS_SENT = Counter("sse_events_sent_total", "Events written to server-sent-event streams.")
 SSE_DISCONNECTS = Counter(

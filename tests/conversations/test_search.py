@@ -441,3 +441,18 @@ def test_real_model_finds_paraphrases(bob, settings, plan):
     body = search(bob, "stock market slump", searchType="semantic")
     assert conversation_ids(body)[0] == finance
     assert conversation_ids(search(bob, "football match ending", searchType="auto"))[0] == sport
+
+
+def test_readyz_and_metrics_show_the_conversation_indexer_backlog(bob, api):
+    cid = new_id()
+    append_ok(bob, cid, "waiting to be indexed")
+    append_ok(bob, cid, "x", indexedContent="vectors pending")
+    body = api.get("/readyz").json()
+    assert body["conversation_indexer"]["backlog"] == 2, body
+    assert bob.delete(conv_path(cid)).status_code == 204  # a deleted conversation's entries wait for nothing
+    assert api.get("/readyz").json()["conversation_indexer"]["backlog"] == 0
+    append_ok(bob, new_id(), "another")
+    api.get("/readyz")
+    assert "conversation_indexer_backlog 1.0" in api.get("/metrics").content.decode()
+    indexer.run_cycle()
+    assert "conversation_indexer_backlog 0.0" in api.get("/metrics").content.decode()
