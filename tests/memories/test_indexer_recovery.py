@@ -96,8 +96,9 @@ def _broker_url() -> str:
 
 
 def _start_worker(
-    tmp_path: Path, name: str, broker: str, *, beat: bool = True, **env: str
+    tmp_path: Path, name: str, broker: str, *, beat: bool = True, pool: str = "threads", **env: str
 ) -> tuple[subprocess.Popen, Path]:
+    """A real Celery worker; ``pool`` defaults to the Procfile's (threads: one process embeds)."""
     from psycopg.conninfo import make_conninfo
 
     connection.ensure_connection()
@@ -118,7 +119,7 @@ def _start_worker(
     }
     command = [
         sys.executable, "-m", "celery", "-A", "config", "worker",
-        "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+        "--pool", pool, "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
     ]
     if beat:
         command += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
@@ -175,7 +176,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_its_rows_are_taken_within_3
         assert Memory.objects.filter(index_status=IndexStatus.INDEXED).count() == 0
         assert searchable_keys(bob, "lighthouse keeper") == set()
 
-        _kill_group(slow)  # kill -9 worker 1 (main process, pool child and beat) mid-batch
+        _kill_group(slow)  # kill -9 worker 1 (its threads and beat) mid-batch
         recovery = _wait_for(
             lambda: searchable_keys(bob, "lighthouse keeper diary") == {f"m{index}" for index in range(20)},
             30, "every memory to become searchable after the kill", [slow_log, healthy_log],
@@ -215,7 +216,10 @@ def test_a_killed_pool_process_has_its_task_redelivered_and_its_rows_claimed_aga
     broker = _broker_url()
     worker = None
     try:
-        worker, log = _start_worker(tmp_path, "pool", broker, beat=False, EMBEDDING_HASH_DELAY_SECONDS="300")
+        # The prefork pool (a supported alternative to the Procfile's threads): its pool process can die alone.
+        worker, log = _start_worker(
+            tmp_path, "pool", broker, beat=False, pool="prefork", EMBEDDING_HASH_DELAY_SECONDS="300"
+        )
         with app.connection_for_write(url=broker) as conn:
             app.send_task("apps.memories.tasks.index_pending_memories", connection=conn)
         _wait_for(lambda: Memory.objects.filter(index_attempts=1).count() == 5, 90, "the first claim", [log])
