@@ -4,7 +4,7 @@ embedded default, in the data directory) or django-storages' S3Storage (ATTACHME
 The storage API reads and writes whole files; uploads and downloads here are streams of unknown length that must
 never be held in memory, so this module adds the three streaming operations on top of each backend:
 ``open_writer`` (incremental write that becomes visible only on ``commit`` and leaves nothing on ``abort``),
-``read_chunks`` and ``presigned_url``.
+``open_blob`` / ``open_reader`` and ``presigned_url``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.core.files.storage import FileSystemStorage, Storage
 
 logger = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES = 1024 * 1024  # a multiple of nothing in particular: the opener reassembles chunks
+READ_CHUNK_BYTES = 1024 * 1024  # unencrypted blobs; encrypted ones are read in whole chunks (crypto.open_reader)
 
 
 class BlobMissing(Exception):
@@ -206,43 +206,44 @@ def _s3_object(storage: Any, name: str) -> Any:
     return storage.bucket.Object(storage._normalize_name(clean_name(name)))
 
 
-def open_reader(name: str) -> Iterator[bytes]:
-    """The blob's bytes in pieces of about READ_CHUNK_BYTES. Opening happens now (BlobMissing when it is gone), so
-    the caller can still answer 404 before it starts a response."""
+class BlobReader(Protocol):
+    def read(self, size: int) -> bytes: ...
+    def close(self) -> None: ...
+
+
+def open_blob(name: str) -> BlobReader:
+    """The blob opened for reading (``read(n)`` returns n bytes unless at the end). Opening happens now
+    (BlobMissing when it is gone), so the caller can still answer 404 before it starts a response."""
     storage = get_storage()
     if is_s3(storage):
         from botocore.exceptions import ClientError
 
         try:
-            body = _s3_object(storage, name).get()["Body"]
+            return _s3_object(storage, name).get()["Body"]
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
                 raise BlobMissing(name) from None
             raise
-        return _iter_s3(body)
     try:
-        handle = storage.open(name, "rb")
+        return storage.open(name, "rb")
     except FileNotFoundError:
         raise BlobMissing(name) from None
-    return _iter_file(handle)
 
 
-def _iter_s3(body: Any) -> Iterator[bytes]:
-    try:
-        yield from body.iter_chunks(READ_CHUNK_BYTES)
-    finally:
-        body.close()
+def open_reader(name: str) -> Iterator[bytes]:
+    """The blob's bytes in pieces of READ_CHUNK_BYTES (opened now: BlobMissing when it is gone)."""
+    return iter_blob(open_blob(name))
 
 
-def _iter_file(handle: Any) -> Iterator[bytes]:
+def iter_blob(blob: BlobReader) -> Iterator[bytes]:
     try:
         while True:
-            piece = handle.read(READ_CHUNK_BYTES)
+            piece = blob.read(READ_CHUNK_BYTES)
             if not piece:
                 return
             yield piece
     finally:
-        handle.close()
+        blob.close()
 
 
 def delete(name: str) -> None:

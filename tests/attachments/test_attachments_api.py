@@ -35,7 +35,12 @@ def _expires_at(meta: dict) -> datetime:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("size", [0, 1, crypto.STREAM_CHUNK_BYTES, crypto.STREAM_CHUNK_BYTES + 1, 700_000])
+# 4 * chunk + 1 and 3 MiB + 5: several reads of whole chunks by the download, the last one short.
+@pytest.mark.parametrize(
+    "size",
+    [0, 1, crypto.STREAM_CHUNK_BYTES, crypto.STREAM_CHUNK_BYTES + 1, 700_000, 4 * crypto.STREAM_CHUNK_BYTES + 1,
+     3 * 1024 * 1024 + 5],
+)
 def test_round_trip(client_for, size):
     bob = client_for("bob")
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
@@ -51,6 +56,65 @@ def test_round_trip(client_for, size):
     assert response["Content-Length"] == str(size)
     assert response["ETag"] == f'"{sha256(data)}"'
     assert response["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("encrypted", [True, False])
+def test_head_answers_the_headers_without_reading_the_blob(client_for, settings, monkeypatch, encrypted):
+    settings.ATTACHMENT_ENCRYPTION = encrypted
+    bob = client_for("bob")
+    data = os.urandom(3 * crypto.STREAM_CHUNK_BYTES + 10)
+    meta = upload_ok(bob, data, filename="page.html", content_type="text/html")
+    get = bob.get(meta["href"])
+    assert body_of(get) == data
+    opened: list[object] = []
+    real_open = crypto.StreamOpener.__init__
+
+    def counting_open(self, **kwargs):
+        opened.append(kwargs)
+        real_open(self, **kwargs)
+
+    monkeypatch.setattr(crypto.StreamOpener, "__init__", counting_open)
+    head = bob.head(meta["href"])
+    assert head.status_code == 200
+    assert not head.streaming and head.content == b""
+    for name in ("Content-Type", "Content-Length", "ETag", "X-Content-Type-Options", "Content-Disposition"):
+        assert head[name] == get[name], name
+    assert head["Content-Length"] == str(len(data))
+    assert opened == []  # nothing was decrypted (a GET opens the stream: see the round trip)
+    assert body_of(bob.get(meta["href"])) == data
+    assert len(opened) == (1 if encrypted else 0)
+    assert bob.head(meta["href"], HTTP_IF_NONE_MATCH=get["ETag"]).status_code == 304
+
+
+@pytest.mark.django_db
+def test_head_of_a_missing_blob_is_404(client_for, attachment_dir):
+    bob = client_for("bob")
+    meta = upload_ok(bob, b"soon gone")
+    [blob] = blobs(attachment_dir)
+    blob.unlink()
+    assert bob.head(meta["href"]).status_code == 404  # a HEAD answer has no body to check
+    assert_error(bob.get(meta["href"]), 404, "not_found")
+
+
+@pytest.mark.django_db
+def test_upload_outliving_its_deadline_is_408(client_for, settings, attachment_dir, monkeypatch,
+                                              django_capture_on_commit_callbacks):  # fmt: skip
+    from apps.attachments import services
+
+    settings.ATTACHMENT_UPLOAD_TIMEOUT_SECONDS = 0  # the row is past its deadline from the start
+    real_finish = services.Upload.finish
+
+    def finish_then_sweep(self):
+        real_finish(self)
+        services.remove_expired()  # the expiry sweep runs between the last byte and completion
+
+    monkeypatch.setattr(services.Upload, "finish", finish_then_sweep)
+    bob = client_for("bob")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert_error(upload(bob, b"slow upload"), 408, "upload_timeout")
+    assert blobs(attachment_dir) == []
+    assert not Attachment.objects.exists()
 
 
 @pytest.mark.django_db
@@ -539,7 +603,7 @@ def test_openapi_documents_the_attachment_endpoints(api):
     upload_op = paths["/v1/attachments"]["post"]
     multipart = upload_op["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert multipart["properties"]["file"]["format"] == "binary" and multipart["required"] == ["file"]
-    assert {"201", "400", "401", "413"} <= set(upload_op["responses"])
+    assert {"201", "400", "401", "408", "413"} <= set(upload_op["responses"])
     assert {"get", "delete"} <= set(paths["/v1/attachments/{id}"])
     assert "304" in paths["/v1/attachments/{id}"]["get"]["responses"]
     assert "get" in paths["/v1/attachments/{id}/download-url"]
