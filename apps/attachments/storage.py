@@ -115,10 +115,16 @@ def blob_name(attachment_id: uuid.UUID | str) -> str:
 class _FileSystemWriter:
     """Writes ``<name>.part`` and renames it into place on commit: a reader never sees a half-written blob."""
 
-    def __init__(self, storage: FileSystemStorage, name: str) -> None:
+    def __init__(self, storage: FileSystemStorage, name: str, replace: bool = False) -> None:
         self.path = storage.path(name)
         self.part = f"{self.path}.part"
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        if replace:
+            # Rewriting a stored blob (key rotation, serialised per row): a .part left by a crashed rewrite is stale.
+            try:
+                os.unlink(self.part)
+            except FileNotFoundError:
+                pass
         fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self.file = os.fdopen(fd, "wb", buffering=0)
 
@@ -167,11 +173,12 @@ class _S3Writer:
 class _SpooledWriter:
     """Any other storage backend: spool to a temporary file, then one ``save``."""
 
-    def __init__(self, storage: Storage, name: str) -> None:
+    def __init__(self, storage: Storage, name: str, replace: bool = False) -> None:
         import tempfile
 
         self.storage = storage
         self.name = name
+        self.replace = replace
         self.file = tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR)
 
     def write(self, data: bytes) -> None:
@@ -181,6 +188,8 @@ class _SpooledWriter:
         from django.core.files import File
 
         self.file.seek(0)
+        if self.replace:
+            self.storage.delete(self.name)  # save() would pick another name; not atomic on such backends
         self.storage.save(self.name, File(self.file))
         self.file.close()
 
@@ -188,13 +197,14 @@ class _SpooledWriter:
         self.file.close()
 
 
-def open_writer(name: str) -> BlobWriter:
+def open_writer(name: str, *, replace: bool = False) -> BlobWriter:
+    """A writer whose blob appears (or, with ``replace``, replaces the stored one) only on ``commit``."""
     storage = get_storage()
     if isinstance(storage, FileSystemStorage):
-        return _FileSystemWriter(storage, name)
+        return _FileSystemWriter(storage, name, replace)
     if is_s3(storage):
         return _S3Writer(storage, name)
-    return _SpooledWriter(storage, name)
+    return _SpooledWriter(storage, name, replace)
 
 
 # --- Readers ----------------------------------------------------------------------------------------------------

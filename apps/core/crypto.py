@@ -32,7 +32,7 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -249,6 +249,44 @@ def unregister_encrypted_field(model_label: str, field: str) -> None:
 
 def encrypted_fields() -> list[EncryptedField]:
     return list(_registry.values())
+
+
+@dataclass
+class BlobRotation:
+    """What one pass of a blob rotator did (see ``register_blob_rotator``)."""
+
+    rotated: int = 0
+    already_primary: int = 0
+    failed: int = 0
+    skipped: int = 0  # locked by a live request (e.g. being deleted): left for the next run
+    failed_examples: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BlobRotator:
+    """Encrypted files outside the database (attachment blobs): ``count()`` how many sealed streams exist;
+    ``rotate(primary, progress, dry_run)`` re-seals every one not under ``primary`` (or only counts them with
+    ``dry_run``), calling ``progress(1)`` per stream examined. Registered by the app that owns the files, so
+    ``rotate_encryption_key`` covers them without importing it."""
+
+    label: str
+    count: Callable[[], int]
+    rotate: Callable[[str, Callable[[int], object], bool], BlobRotation]
+
+
+_blob_rotators: dict[str, BlobRotator] = {}
+
+
+def register_blob_rotator(rotator: BlobRotator) -> None:
+    _blob_rotators[rotator.label] = rotator
+
+
+def unregister_blob_rotator(label: str) -> None:
+    _blob_rotators.pop(label, None)
+
+
+def blob_rotators() -> list[BlobRotator]:
+    return list(_blob_rotators.values())
 
 
 # --- Chunked streams (format version 2) -------------------------------------------------------------------------
@@ -495,6 +533,28 @@ def open_reader(
             per_read = max(1, -(-piece_bytes // (sealed - NONCE_BYTES - TAG_BYTES))) * sealed
             size = per_read - (fed - opener.header_size) % sealed
     yield from opener.finish()
+
+
+def stream_key_id(prefix: bytes) -> str:
+    """The key id a sealed stream starts with (its first ``MAX_STREAM_HEADER`` bytes are enough; no key needed)."""
+    opener = StreamOpener(purpose="-", row_id="-")
+    view = bytes(prefix[:_MAX_STREAM_HEADER])
+    if opener._parse_header(view) is None:
+        raise DecryptionError("truncated stream header")
+    assert opener.key_id is not None
+    return opener.key_id
+
+
+MAX_STREAM_HEADER = _MAX_STREAM_HEADER
+
+
+def reseal_reader(read: Callable[[int], bytes], *, purpose: str, row_id: str) -> Iterator[bytes | bytearray]:
+    """The stream read through ``read(n)`` sealed again under the primary key (key rotation), chunk by chunk: no
+    plaintext is kept beyond one piece. A DecryptionError leaves the caller to discard what it wrote."""
+    sealer = StreamSealer(purpose=purpose, row_id=row_id)
+    for plain in open_reader(read, purpose=purpose, row_id=row_id):
+        yield from sealer.update(plain)
+    yield from sealer.finish()
 
 
 def is_sealed_stream(prefix: bytes) -> bool:

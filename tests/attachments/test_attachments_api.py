@@ -610,3 +610,79 @@ def test_openapi_documents_the_attachment_endpoints(api):
     signed = paths["/v1/attachments/download/{token}/{filename}"]["get"]
     assert {} in signed["security"]  # the empty requirement: no credentials needed
     assert "get" in paths["/v1/admin/attachments"]
+
+
+# --- Key rotation -----------------------------------------------------------------------------------------------
+
+
+def _rotate(**options) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    options.setdefault("no_progress", True)
+    call_command("rotate_encryption_key", stdout=out, **options)
+    return out.getvalue()
+
+
+def _kid_of(path) -> str:
+    with open(path, "rb") as handle:
+        return crypto.stream_key_id(handle.read(crypto.MAX_STREAM_HEADER))
+
+
+@pytest.mark.django_db
+def test_rotate_encryption_key_reseals_blobs(client_for, settings, attachment_dir, capsys):
+    import base64
+
+    old, new = base64.b64encode(os.urandom(32)).decode(), base64.b64encode(os.urandom(32)).decode()
+    settings.MEMORY_ENCRYPTION_KEYS = f"old:{old}"
+    bob = client_for("bob")
+    payloads = [os.urandom(size) for size in (0, 10, 3 * crypto.STREAM_CHUNK_BYTES + 5)]
+    metas = [upload_ok(bob, data) for data in payloads]
+    settings.ATTACHMENT_ENCRYPTION = False
+    plain = upload_ok(bob, b"not encrypted")  # left alone
+    settings.ATTACHMENT_ENCRYPTION = True
+    paths = {meta["id"]: next(p for p in blobs(attachment_dir) if p.name == meta["id"]) for meta in metas}
+    assert {_kid_of(path) for path in paths.values()} == {"old"}
+
+    settings.MEMORY_ENCRYPTION_KEYS = f"new:{new},old:{old}"
+    current = upload_ok(bob, b"already under the new key")
+    assert "attachments.blob: 3 file(s) to re-encrypt" in _rotate(dry_run=True)
+    assert {_kid_of(path) for path in paths.values()} == {"old"}  # a dry run writes nothing
+
+    output = _rotate(no_progress=False)
+    assert "attachments.blob: rotated 3, already current 1, failed 0, remaining 0" in output
+    assert "attachments.blob" in capsys.readouterr().err  # the progress bar
+    assert {_kid_of(path) for path in paths.values()} == {"new"}
+    assert not [p for p in blobs(attachment_dir) if p.name.endswith(".part")]
+
+    settings.MEMORY_ENCRYPTION_KEYS = f"new:{new}"  # the old key retired: everything still downloads, same ETag
+    for meta, data in zip(metas, payloads, strict=True):
+        response = bob.get(meta["href"])
+        assert body_of(response) == data and response["ETag"] == f'"{sha256(data)}"'
+    assert body_of(bob.get(plain["href"])) == b"not encrypted"
+    assert body_of(bob.get(current["href"])) == b"already under the new key"
+    assert "attachments.blob: rotated 0, already current 4, failed 0, remaining 0" in _rotate()
+
+
+@pytest.mark.django_db
+def test_rotation_reports_a_blob_that_does_not_open(client_for, settings, attachment_dir):
+    import base64
+
+    from django.core.management.base import CommandError
+
+    old, new = base64.b64encode(os.urandom(32)).decode(), base64.b64encode(os.urandom(32)).decode()
+    settings.MEMORY_ENCRYPTION_KEYS = f"old:{old}"
+    bob = client_for("bob")
+    good, bad = upload_ok(bob, b"good" * 1000), upload_ok(bob, b"bad" * 1000)
+    bad_path = next(p for p in blobs(attachment_dir) if p.name == bad["id"])
+    damaged = bytearray(bad_path.read_bytes())
+    damaged[-1] ^= 1
+    bad_path.write_bytes(bytes(damaged))
+    settings.MEMORY_ENCRYPTION_KEYS = f"new:{new},old:{old}"
+    with pytest.raises(CommandError, match="could not be decrypted"):
+        _rotate()
+    assert bad_path.read_bytes() == bytes(damaged)  # left as it was, nothing half-written
+    assert not [p for p in blobs(attachment_dir) if p.name.endswith(".part")]
+    assert body_of(bob.get(good["href"])) == b"good" * 1000
