@@ -10,7 +10,7 @@ Served by config.asgi next to the REST API on the same port (apps.events.routing
    close message through the user's stream, wherever they are served.
 4. Replay after ``Last-Event-ID`` when it is still retained, else send one ``invalidate``.
 5. Write events as they come, a ``: keepalive`` comment after ``SSE_KEEPALIVE_SECONDS`` of silence; end after an
-   ``evicted`` event (slow consumer, connection limit). A client disconnect cancels the writer; every exit
+   ``evicted`` event (slow consumer, connection limit, the caller's token expired). A client disconnect cancels the writer; every exit
    unsubscribes and releases the slot.
 """
 
@@ -70,6 +70,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
     async def __call__(self, scope, receive, send) -> None:
         self._finished = asyncio.Event()
         self._writer: asyncio.Task | None = None
+        self._expiry: asyncio.TimerHandle | None = None
 
         async def receive_or_finished():
             # When the writer ends the stream itself, the consumer must stop too; uvicorn only reports a
@@ -129,6 +130,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
             raise errors.validation_error({"kinds": str(exc)}) from None
 
         subscriber = Subscriber(user_id=principal.user_id, kinds=kinds, on_close=self._arm_eviction_deadline)
+        expires_in = _token_lifetime(principal.raw_claims)
         hub = get_hub()
         try:
             await hub.register(subscriber)
@@ -155,7 +157,13 @@ class EventStreamConsumer(AsyncHttpConsumer):
             ],
         )
         await self.send_body(b"", more_body=True)
-        self._writer = asyncio.get_running_loop().create_task(
+        loop = asyncio.get_running_loop()
+        if expires_in is not None:
+            # The stream lives no longer than the token it was opened with (a REST call with it would be a 401
+            # from then on): one ``evicted`` event with reason ``token_expired``, then the end; the client
+            # reconnects with a fresh token (and Last-Event-ID, losing nothing).
+            self._expiry = loop.call_later(expires_in, subscriber.close, "token_expired")
+        self._writer = loop.create_task(
             self._stream(subscriber, evicted[0::2], headers.get("last-event-id", "").strip()), name="sse-writer"
         )
 
@@ -206,6 +214,8 @@ class EventStreamConsumer(AsyncHttpConsumer):
                 await self.send_body(streams.sse_block(item.payload, item.entry_id), more_body=True)
                 metrics.SSE_EVENTS_SENT.inc()
         finally:
+            if self._expiry is not None:
+                self._expiry.cancel()
             hub.unregister(subscriber)
             metrics.SSE_CONNECTIONS.dec()
             with contextlib.suppress(redis.RedisError, RuntimeError):
@@ -261,6 +271,14 @@ class EventStreamConsumer(AsyncHttpConsumer):
             entries = await client.xrange(key, min=f"({last}", max="+", count=_REPLAY_PAGE)
             more = len(entries) == _REPLAY_PAGE
         return floor
+
+
+def _token_lifetime(claims: dict) -> float | None:
+    """Seconds until the token stops being accepted (its ``exp`` plus the leeway every endpoint allows)."""
+    exp = claims.get("exp")
+    if not isinstance(exp, int | float) or isinstance(exp, bool):
+        return None
+    return max(0.0, float(exp) + settings.OIDC_LEEWAY_SECONDS - time.time())
 
 
 async def _close_connections(client, user_id: str, connection_ids: list[str]) -> None:

@@ -7,8 +7,11 @@ import time
 import urllib.request
 
 import pytest
+from django.conf import settings
 
 from apps.core.redis_client import get_client
+from tests.conftest import _mint
+from tests.events.conftest import SSEClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -312,6 +315,29 @@ def test_connection_limit_closes_the_oldest_with_an_event(make_user, web_servers
     for stream in (*streams[1:], newest):
         assert stream.next(timeout=2.0).data["data"]["conversationId"] == conversation
         stream.close()
+
+
+def test_stream_ends_when_the_token_expires(make_user, server):
+    alice = make_user()
+    conversation = alice.create_conversation()
+    # Accepted for about 2 more seconds: exp is in the past, within the leeway every endpoint allows.
+    lifetime = 2.0
+    exp = int(time.time() + lifetime - settings.OIDC_LEEWAY_SECONDS)
+    short = _mint(alice.name, roles=("user",), claims={"exp": exp})
+    stream = SSEClient(server, "/v1/events", {"Authorization": f"Bearer {short}"})
+    opened = time.monotonic()
+    alice.append(conversation, "before expiry")
+    assert stream.next(timeout=2.0).data["kind"] == "entry"  # a live stream until then
+    evicted = stream.next(timeout=lifetime + 3)
+    assert evicted.data == {"event": "evicted", "kind": "stream", "data": {"reason": "token_expired"}}
+    assert evicted.id is None
+    assert time.monotonic() - opened >= lifetime - 1.1  # not before the token stopped being accepted
+    assert stream.next(timeout=2.0) is None  # then the response ends
+    status, _body = server.request("GET", "/v1/me", headers={"Authorization": f"Bearer {short}"})
+    assert status == 401  # the same token is refused everywhere from then on
+    fresh = alice.stream()  # a new token gets a new stream
+    alice.append(conversation, "after")
+    assert fresh.next(timeout=2.0).data["kind"] == "entry"
 
 
 def test_slow_consumer_is_evicted_without_slowing_other_clients(make_user, server):
