@@ -58,11 +58,6 @@ return {}
 """
 
 
-def _slot_ttl() -> int:
-    # Refreshed at every keepalive; a slot set left by a crashed process expires on its own.
-    return int(max(60, 4 * settings.SSE_KEEPALIVE_SECONDS))
-
-
 class EventStreamConsumer(AsyncHttpConsumer):
     # No channel layer: a per-connection channel would be one more Redis poller per client; the hub fans out.
     channel_layer_alias = "__sse_has_no_channel_layer__"
@@ -141,7 +136,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
                 streams.sequence_key(),
                 subscriber.connection_id,
                 settings.SSE_MAX_CONNECTIONS_PER_USER,
-                _slot_ttl(),
+                streams.slot_ttl(),
             )
         except redis.RedisError as exc:
             hub.unregister(subscriber)
@@ -198,9 +193,8 @@ class EventStreamConsumer(AsyncHttpConsumer):
             while True:
                 item = await subscriber.next()
                 if item is KEEPALIVE_ITEM:
+                    # (the hub refreshes the user's slot set, once per process and user)
                     await self.send_body(streams.KEEPALIVE, more_body=True)
-                    with contextlib.suppress(redis.RedisError):
-                        await client.expire(streams.connections_key(subscriber.user_id), _slot_ttl())
                     continue
                 if floor is not None and item.entry_id is not None:
                     if streams.entry_id_key(item.entry_id) <= floor:
@@ -283,12 +277,8 @@ def _token_lifetime(claims: dict) -> float | None:
 
 async def _close_connections(client, user_id: str, connection_ids: list[str]) -> None:
     """Tell the user's oldest streams (any process) to end, through the user's stream their hubs read."""
-    minid = int(time.time() * 1000) - streams.retention_ms()
     pipe = client.pipeline(transaction=False)
     for connection_id in connection_ids:
-        pipe.xadd(
-            streams.stream_key(user_id), {"c": json.dumps({"close": connection_id})}, minid=minid, approximate=True
-        )
-    pipe.expire(streams.stream_key(user_id), streams.stream_ttl_seconds())
+        pipe.eval(*streams.append_args(user_id, "c", json.dumps({"close": connection_id})))
     with contextlib.suppress(redis.RedisError):
         await pipe.execute()

@@ -5,8 +5,8 @@ its write transaction. ``publish`` resolves the recipients there (so call it bef
 resolved from, e.g. before deleting a conversation or a membership) and sends after commit; a failed publish never
 fails the write, and nothing is sent for a transaction that rolls back.
 
-Sending is one pipelined round trip to Redis per committed event: an ``XADD`` to each recipient's stream
-(apps.events.streams). When Redis cannot be reached the write still succeeds; the recipients are remembered and get
+Sending is one pipelined round trip to Redis per committed event: one append (XADD to the recipient's stream and
+PUBLISH on its channel, apps.events.streams.append_args) per recipient. When Redis cannot be reached the write still succeeds; the recipients are remembered and get
 an ``invalidate`` event with the next successful publish, so their clients refetch instead of silently missing the
 event. After a failure publishing pauses for ``SSE_PUBLISH_BACKOFF_SECONDS`` so a dead Redis does not add a
 connect timeout to every write.
@@ -71,14 +71,13 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
     with _lock:
         missed = list(_missed)
         _missed.clear()
-    minid = int(time.time() * 1000) - streams.retention_ms()
-    ttl = streams.stream_ttl_seconds()
     try:
         pipe = get_client().pipeline(transaction=False)
+        invalidate = streams.stream_event("invalidate")
         for user in missed:
-            _append(pipe, user, {"e": streams.stream_event("invalidate")}, minid, ttl)
+            pipe.eval(*streams.append_args(user, "e", invalidate))
         for user in recipients:
-            _append(pipe, user, {"e": payload}, minid, ttl)
+            pipe.eval(*streams.append_args(user, "e", payload))
         pipe.execute()
     except redis.RedisError as exc:
         _paused_until = time.monotonic() + settings.SSE_PUBLISH_BACKOFF_SECONDS
@@ -92,12 +91,6 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
         return
     if missed:
         logger.info("invalidate sent after publish failures", extra={"recipients": len(missed)})
-
-
-def _append(pipe: redis.client.Pipeline, user: str, fields: dict[str, bytes], minid: int, ttl: int) -> None:
-    key = streams.stream_key(user)
-    pipe.xadd(key, fields, minid=minid, approximate=True)
-    pipe.expire(key, ttl)
 
 
 def _remember(users: list[str]) -> None:

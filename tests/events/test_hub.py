@@ -38,7 +38,7 @@ def test_redis_restart_invalidates_open_streams_and_delivery_resumes(valkey):
         await hub.register(subscriber)
         client = redis.Redis.from_url(valkey.url)
         payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "before"})
-        client.xadd(streams.stream_key("hub-user"), {"e": payload})
+        client.eval(*streams.append_args("hub-user", "e", payload))
         assert (await _next_event(subscriber)).payload == payload
 
         valkey.stop()
@@ -47,7 +47,7 @@ def test_redis_restart_invalidates_open_streams_and_delivery_resumes(valkey):
         assert (await _next_event(subscriber)).payload == streams.stream_event("invalidate")
 
         after = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "after"})
-        redis.Redis.from_url(valkey.url).xadd(streams.stream_key("hub-user"), {"e": after})
+        redis.Redis.from_url(valkey.url).eval(*streams.append_args("hub-user", "e", after))
         assert (await _next_event(subscriber)).payload == after
 
         task = hub.task
@@ -71,7 +71,7 @@ def test_buffer_overflow_evicts_only_the_stuck_subscriber(valkey, settings):
         received = []
         for index in range(20):
             payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": f"e{index}"})
-            client.xadd(streams.stream_key("hub-user-2"), {"e": payload})
+            client.eval(*streams.append_args("hub-user-2", "e", payload))
             received.append((await _next_event(reading)).payload)
         assert len(received) == 20
         assert stuck.closing == "slow_consumer"

@@ -358,7 +358,7 @@ def test_slow_consumer_is_evicted_without_slowing_other_clients(make_user, serve
         for index in range(first, first + batch):
             payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": f"e{index}"})
             for user in (alice, bob):
-                pipe.xadd(streams.stream_key(user.name), {"e": payload})
+                pipe.eval(*streams.append_args(user.name, "e", payload))
         pipe.execute()
     published = time.monotonic()
     for stream in fast:
@@ -367,7 +367,7 @@ def test_slow_consumer_is_evicted_without_slowing_other_clients(make_user, serve
     # The stuck client is still not reading: a new event reaches the others at once.
     probe = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "probe"})
     sent = time.monotonic()
-    redis.xadd(streams.stream_key(bob.name), {"e": probe})
+    redis.eval(*streams.append_args(bob.name, "e", probe))
     message = fast[0].next(timeout=2.0)
     assert message.data["data"]["entryId"] == "probe" and message.received_at - sent < 1.0
     slow.start_reading()
