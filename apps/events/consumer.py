@@ -44,6 +44,8 @@ access_log = logging.getLogger("apps.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _ROUTE = "/v1/events"
 _REPLAY_PAGE = 500
+# Events already queued for a stream go out in one write (up to this many): one send per burst, not per event.
+_COALESCE_EVENTS = 64
 
 # Atomically: register the connection with a global sequence number, then pop the oldest beyond the limit.
 _CLAIM_SLOT = """
@@ -205,8 +207,18 @@ class EventStreamConsumer(AsyncHttpConsumer):
                     metrics.SSE_DISCONNECTS.labels(reason).inc()
                     await self._write_final(item)
                     return
-                await self.send_body(streams.sse_block(item.payload, item.entry_id), more_body=True)
-                metrics.SSE_EVENTS_SENT.inc()
+                more = []
+                for event in subscriber.take_ready_events(_COALESCE_EVENTS):
+                    if floor is not None and event.entry_id is not None:
+                        if streams.entry_id_key(event.entry_id) <= floor:
+                            continue  # already replayed
+                        floor = None
+                    more.append(event)
+                block = item.block or streams.sse_block(item.payload, item.entry_id)
+                if more:
+                    block = b"".join([block, *(event.block for event in more)])
+                await self.send_body(block, more_body=True)
+                metrics.SSE_EVENTS_SENT.inc(1 + len(more))
         finally:
             if self._expiry is not None:
                 self._expiry.cancel()

@@ -45,13 +45,19 @@ _MAX_READ_COUNT = 512
 _RETRY_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Item:
-    """What a stream writes next: an event (``entry_id`` set when resumable) or the end of the stream."""
+    """What a stream writes next: an event (``entry_id`` set when resumable) or the end of the stream. One Item per
+    event is shared by every subscriber it goes to, with its SSE block encoded once (``block``)."""
 
     payload: bytes | None
     entry_id: str | None = None
     close_reason: str | None = None
+    block: bytes | None = None
+
+    @classmethod
+    def event(cls, payload: bytes, entry_id: str | None = None) -> Item:
+        return cls(payload, entry_id, block=streams.sse_block(payload, entry_id))
 
 
 @dataclass(eq=False)
@@ -69,18 +75,18 @@ class Subscriber:
     def wants(self, kind: str) -> bool:
         return self.kinds is None or kind == streams.STREAM_KIND or kind in self.kinds
 
-    def deliver(self, entry_id: str, kind: str, payload: bytes) -> None:
+    def deliver(self, item: Item, kind: str) -> None:
         if self.closing is not None or not self.wants(kind):
             return
         if len(self.buffer) >= settings.SSE_BUFFER_EVENTS:
             self.close("slow_consumer")
             return
-        self.buffer.append(Item(payload, entry_id))
+        self.buffer.append(item)
         self.ready.set()
 
     def invalidate(self) -> None:
         if self.closing is None:
-            self.buffer.append(Item(streams.stream_event("invalidate")))
+            self.buffer.append(_INVALIDATE)
             self.ready.set()
 
     def close(self, reason: str) -> None:
@@ -88,7 +94,8 @@ class Subscriber:
         if self.closing is None:
             self.closing = reason
             self.buffer.clear()
-            self.buffer.append(Item(streams.stream_event("evicted", reason), close_reason=reason))
+            event = streams.stream_event("evicted", reason)
+            self.buffer.append(Item(event, close_reason=reason, block=streams.sse_block(event)))
             self.ready.set()
             if self.on_close is not None:
                 self.on_close()
@@ -107,9 +114,22 @@ class Subscriber:
         self.last_activity = time.monotonic()
         return self.buffer.popleft()
 
+    def take_ready_events(self, limit: int) -> list[Item]:
+        """Further events already queued behind the one just taken (so a burst goes out in one write); stops at
+        anything that is not a plain event (a keepalive, the final event)."""
+        taken: list[Item] = []
+        buffer = self.buffer
+        while buffer and len(taken) < limit:
+            item = buffer[0]
+            if item.block is None or item.close_reason is not None:
+                break
+            taken.append(buffer.popleft())
+        return taken
+
 
 # Not an event: the writer sends a keepalive comment for it.
 KEEPALIVE_ITEM = Item(None)
+_INVALIDATE = Item.event(streams.stream_event("invalidate"))
 
 
 _SUBSCRIBE_TIMEOUT = 5.0
@@ -331,9 +351,11 @@ class Hub:
 def dispatch_entry(subscribers, entry_id: str, fields: dict[bytes, bytes]) -> None:
     payload = fields.get(b"e")
     if payload is not None:
+        # Decoded (its kind) and encoded (its SSE block) once per process, whatever the number of subscribers.
         kind = streams.kind_of(payload)
+        item = Item.event(payload, entry_id)
         for subscriber in list(subscribers):
-            subscriber.deliver(entry_id, kind, payload)
+            subscriber.deliver(item, kind)
         return
     control = fields.get(b"c")
     if control is not None:
