@@ -60,7 +60,45 @@ def publish(event: str, kind: str, data: dict[str, Any]) -> None:
     if not recipients:
         return
     payload = streams.encode_event(event, kind, data)
-    transaction.on_commit(partial(_send, sorted(recipients), payload, kind), robust=True)
+    transaction.on_commit(partial(_send_or_defer, sorted(recipients), payload, kind), robust=True)
+
+
+# Inside a web request, sends wait until the response has been handed to the server (request_finished): the
+# caller's response does not wait for the Redis round trip, nor for this process's event loop fanning the event out
+# to the streams open here (bench/events.py: that was most of what 500 listeners added to an append's latency).
+# apps.events.middleware.DeferPublishMiddleware opens the deferral per request (a streamed response flushes at once:
+# its request may last long). Outside requests (Celery tasks, commands) they go at once. Either way only after
+# commit, in commit order.
+_request = threading.local()
+
+
+def _send_or_defer(recipients: list[str], payload: bytes, kind: str) -> None:
+    pending = getattr(_request, "pending", None)
+    if pending is None:
+        _send(recipients, payload, kind)
+    else:
+        pending.append((recipients, payload, kind))
+
+
+def defer_until_flush() -> None:
+    """From now on this thread's sends wait for ``flush`` (called at the end of the request)."""
+    flush()  # left by a request that never finished in this thread (not expected; never dropped)
+    _request.pending = []
+
+
+def request_finished(**_kwargs: Any) -> None:
+    flush()
+
+
+def flush() -> None:
+    pending = getattr(_request, "pending", None)
+    _request.pending = None
+    for recipients, payload, kind in pending or ():
+        try:
+            _send(recipients, payload, kind)
+        except Exception:
+            # Never the caller's problem: its response is already out.
+            logger.exception("event publish failed", extra={"kind": kind})
 
 
 def _send(recipients: list[str], payload: bytes, kind: str) -> None:
