@@ -47,6 +47,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=30.0, help="appends per second with listeners attached")
     parser.add_argument("--append-concurrency", type=int, default=4)
     parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument("--stream-query", default="", help="query of the 500 streams, e.g. '?kinds=membership' "
+                        "(then nothing is delivered: separates the cost of open connections from delivery)")
     args = parser.parse_args(argv)
     if args.quick:
         args.streams, args.restart_streams, args.appends = 100, 40, 150
@@ -96,10 +98,11 @@ class Valkey:
 # --- The stream readers (own process, asyncio) --------------------------------------------------------------------
 
 
-async def _read_stream(host: str, port: int, token: str, index: int, out: list, ready: asyncio.Event, stop) -> None:
+async def _read_stream(host: str, port: int, token: str, index: int, out: list, ready: asyncio.Event, stop,
+                       query: str = "") -> None:  # fmt: skip
     reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
     writer.write(
-        f"GET /v1/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+        f"GET /v1/events{query} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
         "Accept: text/event-stream\r\n\r\n".encode()
     )
     await writer.drain()
@@ -129,7 +132,7 @@ async def _read_stream(host: str, port: int, token: str, index: int, out: list, 
         writer.close()
 
 
-def reader_process(host: str, port: int, tokens: list[str], results, ready_flag, stop_flag) -> None:
+def reader_process(host: str, port: int, tokens: list[str], results, ready_flag, stop_flag, query: str = "") -> None:
     """Open one stream per token, record (stream, id, data, receipt time) until told to stop."""
     out: list = []
 
@@ -137,7 +140,7 @@ def reader_process(host: str, port: int, tokens: list[str], results, ready_flag,
         stop = asyncio.Event()
         readies = [asyncio.Event() for _ in tokens]
         tasks = [
-            asyncio.create_task(_read_stream(host, port, token, i, out, readies[i], stop))
+            asyncio.create_task(_read_stream(host, port, token, i, out, readies[i], stop, query))
             for i, token in enumerate(tokens)
         ]
         for chunk in range(0, len(readies), 50):  # connect in waves, like clients arriving
@@ -155,14 +158,14 @@ def reader_process(host: str, port: int, tokens: list[str], results, ready_flag,
 
 
 class Readers:
-    def __init__(self, base_url: str, tokens: list[str]) -> None:
+    def __init__(self, base_url: str, tokens: list[str], query: str = "") -> None:
         host, port = base_url.split("//")[1].split(":")
         context = multiprocessing.get_context("spawn")
         self.results = context.Queue()
         self.ready = context.Event()
         self.stop_flag = context.Event()
         self.process = context.Process(
-            target=reader_process, args=(host, int(port), tokens, self.results, self.ready, self.stop_flag)
+            target=reader_process, args=(host, int(port), tokens, self.results, self.ready, self.stop_flag, query)
         )
         self.process.start()
         if not self.ready.wait(120):
@@ -326,7 +329,7 @@ def main(argv: Sequence[str]) -> int:
             # 2. Open the streams.
             rss_before = web_rss_bytes(web.process.pid)
             stream_tokens = [tokens[i % USERS] for i in range(per_user * USERS)]
-            readers = Readers(base, stream_tokens)
+            readers = Readers(base, stream_tokens, args.stream_query)
             time.sleep(2)
             rss_after = web_rss_bytes(web.process.pid)
             results["streams"] = len(stream_tokens)

@@ -6,8 +6,8 @@ class AttachmentsConfig(AppConfig):
     label = "attachments"
 
     def ready(self) -> None:
-        from apps.attachments import receivers
-        from apps.core import signals
+        from apps.attachments import receivers, services
+        from apps.core import crypto, signals
 
         signals.entry_appending.connect(
             receivers.link_entry_attachments, dispatch_uid="apps.attachments.link_entry_attachments"
@@ -15,3 +15,5 @@ class AttachmentsConfig(AppConfig):
         signals.conversation_deleting.connect(
             receivers.unlink_deleted_conversations, dispatch_uid="apps.attachments.unlink_deleted_conversations"
         )
+        # rotate_encryption_key re-seals the blobs too (D4), through core's registry.
+        crypto.register_blob_rotator(services.blob_rotator)

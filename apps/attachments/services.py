@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -193,3 +194,86 @@ def unlink_conversations(conversation_ids: list[str]) -> int:
     """Drop the links of conversations being deleted (inside the deleting transaction)."""
     deleted, _ = AttachmentLink.objects.filter(conversation_id__in=conversation_ids).delete()
     return deleted
+
+
+# --- Key rotation (rotate_encryption_key) ----------------------------------------------------------------------
+
+
+def count_encrypted_blobs() -> int:
+    return Attachment.objects.filter(encrypted=True, status=AttachmentStatus.READY).count()
+
+
+def rotate_blob_keys(primary: str, progress: Callable[[int], object], dry_run: bool = False) -> crypto.BlobRotation:
+    """Re-seal every stored attachment blob whose stream is not under ``primary`` (D4: rotation covers everything
+    encrypted). The key id is read from each blob's clear header, so a re-run continues where one stopped.
+
+    One attachment at a time, its row held FOR SHARE while its blob is rewritten: a delete (FOR UPDATE) waits rather
+    than lose its blob to a rewrite that would then resurrect it, links (FOR SHARE) go on, and a row already locked
+    by a delete or the expiry sweep is skipped and reported. The new stream replaces the old one atomically (rename
+    on the filesystem, a completed multipart upload on S3); a download already reading the old one finishes it.
+    Plaintext, size and sha256 (the ETag) do not change."""
+    tally = crypto.BlobRotation()
+    ids = list(
+        Attachment.objects.filter(encrypted=True, status=AttachmentStatus.READY).order_by("id").values_list("id", flat=True)
+    )
+    for attachment_id in ids:
+        try:
+            _rotate_one(attachment_id, primary, tally, dry_run)
+        finally:
+            progress(1)
+    return tally
+
+
+def _rotate_one(attachment_id: uuid.UUID, primary: str, tally: crypto.BlobRotation, dry_run: bool) -> None:
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT storage_name FROM attachments WHERE id = %s AND status = %s FOR SHARE SKIP LOCKED",
+                [attachment_id, AttachmentStatus.READY.value],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            # Gone meanwhile (deleted, expired: nothing to rotate), or locked by a delete or the sweep right now.
+            if Attachment.objects.filter(id=attachment_id).exists():
+                tally.skipped += 1
+            return
+        name = row[0]
+        try:
+            blob = storage.open_blob(name)
+        except storage.BlobMissing:
+            return  # removed after its row's delete committed
+        try:
+            kid = crypto.stream_key_id(blob.read(crypto.MAX_STREAM_HEADER))
+        except crypto.DecryptionError:
+            kid = None
+        finally:
+            blob.close()
+        if kid == primary:
+            tally.already_primary += 1
+            return
+        if dry_run:
+            tally.rotated += 1  # would be
+            return
+        blob = storage.open_blob(name)
+        writer = storage.open_writer(name, replace=True)
+        try:
+            for piece in crypto.reseal_reader(blob.read, purpose=BLOB_PURPOSE, row_id=str(attachment_id)):
+                writer.write(piece)
+        except crypto.DecryptionError:
+            writer.abort()
+            tally.failed += 1
+            if len(tally.failed_examples) < 10:
+                tally.failed_examples.append(str(attachment_id))
+            return
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            blob.close()
+        writer.commit()
+        tally.rotated += 1
+
+
+blob_rotator = crypto.BlobRotator(
+    label="attachments.blob", count=count_encrypted_blobs, rotate=rotate_blob_keys
+)

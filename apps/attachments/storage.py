@@ -4,7 +4,7 @@ embedded default, in the data directory) or django-storages' S3Storage (ATTACHME
 The storage API reads and writes whole files; uploads and downloads here are streams of unknown length that must
 never be held in memory, so this module adds the three streaming operations on top of each backend:
 ``open_writer`` (incremental write that becomes visible only on ``commit`` and leaves nothing on ``abort``),
-``read_chunks`` and ``presigned_url``.
+``open_blob`` / ``open_reader`` and ``presigned_url``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.core.files.storage import FileSystemStorage, Storage
 
 logger = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES = 1024 * 1024  # a multiple of nothing in particular: the opener reassembles chunks
+READ_CHUNK_BYTES = 1024 * 1024  # unencrypted blobs; encrypted ones are read in whole chunks (crypto.open_reader)
 
 
 class BlobMissing(Exception):
@@ -115,10 +115,16 @@ def blob_name(attachment_id: uuid.UUID | str) -> str:
 class _FileSystemWriter:
     """Writes ``<name>.part`` and renames it into place on commit: a reader never sees a half-written blob."""
 
-    def __init__(self, storage: FileSystemStorage, name: str) -> None:
+    def __init__(self, storage: FileSystemStorage, name: str, replace: bool = False) -> None:
         self.path = storage.path(name)
         self.part = f"{self.path}.part"
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        if replace:
+            # Rewriting a stored blob (key rotation, serialised per row): a .part left by a crashed rewrite is stale.
+            try:
+                os.unlink(self.part)
+            except FileNotFoundError:
+                pass
         fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self.file = os.fdopen(fd, "wb", buffering=0)
 
@@ -167,11 +173,12 @@ class _S3Writer:
 class _SpooledWriter:
     """Any other storage backend: spool to a temporary file, then one ``save``."""
 
-    def __init__(self, storage: Storage, name: str) -> None:
+    def __init__(self, storage: Storage, name: str, replace: bool = False) -> None:
         import tempfile
 
         self.storage = storage
         self.name = name
+        self.replace = replace
         self.file = tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR)
 
     def write(self, data: bytes) -> None:
@@ -181,6 +188,8 @@ class _SpooledWriter:
         from django.core.files import File
 
         self.file.seek(0)
+        if self.replace:
+            self.storage.delete(self.name)  # save() would pick another name; not atomic on such backends
         self.storage.save(self.name, File(self.file))
         self.file.close()
 
@@ -188,13 +197,14 @@ class _SpooledWriter:
         self.file.close()
 
 
-def open_writer(name: str) -> BlobWriter:
+def open_writer(name: str, *, replace: bool = False) -> BlobWriter:
+    """A writer whose blob appears (or, with ``replace``, replaces the stored one) only on ``commit``."""
     storage = get_storage()
     if isinstance(storage, FileSystemStorage):
-        return _FileSystemWriter(storage, name)
+        return _FileSystemWriter(storage, name, replace)
     if is_s3(storage):
         return _S3Writer(storage, name)
-    return _SpooledWriter(storage, name)
+    return _SpooledWriter(storage, name, replace)
 
 
 # --- Readers ----------------------------------------------------------------------------------------------------
@@ -206,43 +216,44 @@ def _s3_object(storage: Any, name: str) -> Any:
     return storage.bucket.Object(storage._normalize_name(clean_name(name)))
 
 
-def open_reader(name: str) -> Iterator[bytes]:
-    """The blob's bytes in pieces of about READ_CHUNK_BYTES. Opening happens now (BlobMissing when it is gone), so
-    the caller can still answer 404 before it starts a response."""
+class BlobReader(Protocol):
+    def read(self, size: int) -> bytes: ...
+    def close(self) -> None: ...
+
+
+def open_blob(name: str) -> BlobReader:
+    """The blob opened for reading (``read(n)`` returns n bytes unless at the end). Opening happens now
+    (BlobMissing when it is gone), so the caller can still answer 404 before it starts a response."""
     storage = get_storage()
     if is_s3(storage):
         from botocore.exceptions import ClientError
 
         try:
-            body = _s3_object(storage, name).get()["Body"]
+            return _s3_object(storage, name).get()["Body"]
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
                 raise BlobMissing(name) from None
             raise
-        return _iter_s3(body)
     try:
-        handle = storage.open(name, "rb")
+        return storage.open(name, "rb")
     except FileNotFoundError:
         raise BlobMissing(name) from None
-    return _iter_file(handle)
 
 
-def _iter_s3(body: Any) -> Iterator[bytes]:
-    try:
-        yield from body.iter_chunks(READ_CHUNK_BYTES)
-    finally:
-        body.close()
+def open_reader(name: str) -> Iterator[bytes]:
+    """The blob's bytes in pieces of READ_CHUNK_BYTES (opened now: BlobMissing when it is gone)."""
+    return iter_blob(open_blob(name))
 
 
-def _iter_file(handle: Any) -> Iterator[bytes]:
+def iter_blob(blob: BlobReader) -> Iterator[bytes]:
     try:
         while True:
-            piece = handle.read(READ_CHUNK_BYTES)
+            piece = blob.read(READ_CHUNK_BYTES)
             if not piece:
                 return
             yield piece
     finally:
-        handle.close()
+        blob.close()
 
 
 def delete(name: str) -> None:

@@ -26,7 +26,7 @@ from apps.attachments import selectors, serializers, services, signing, storage
 from apps.attachments.models import Attachment
 from apps.attachments.upload import FILE_FIELD, AttachmentUploadHandler
 from apps.core import audit, crypto, errors, pagination
-from apps.core.serializers import error_responses
+from apps.core.serializers import ErrorSerializer, error_responses
 
 logger = logging.getLogger(__name__)
 
@@ -92,37 +92,28 @@ def _etag_matches(header: str | None, sha256: str) -> bool:
     return False
 
 
-# Pieces handed to the server are coalesced to about this size: each one crosses from the WSGI thread to the
-# event loop (a2wsgi), which costs far more than joining a few chunks (measured: bench/attachments.py).
+# Plaintext is handed to the server in pieces of about this size: each one crosses from the WSGI thread to the
+# event loop (a2wsgi), which costs far more than joining a few chunks (measured: bench/attachments.py). a2wsgi queues
+# up to 10 pieces per response, so this also bounds a download's memory (about 10 MiB while the client is slow).
 RESPONSE_PIECE_BYTES = 1024 * 1024
 
 
-def _stream(pieces: Iterator[bytes], attachment: Attachment) -> Iterator[bytes]:
+def _stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator[bytes]:
     """The plaintext in pieces of about RESPONSE_PIECE_BYTES. A blob that fails authentication ends the response
     early (its headers are already sent): the client sees a body shorter than Content-Length, never bytes that did
     not authenticate."""
     try:
         if attachment.encrypted:
-            chunks = crypto.open_stream(pieces, purpose=services.BLOB_PURPOSE, row_id=str(attachment.id))
-            batch: list[bytes] = []
-            size = 0
-            for chunk in chunks:
-                batch.append(chunk)
-                size += len(chunk)
-                if size >= RESPONSE_PIECE_BYTES:
-                    yield b"".join(batch)
-                    batch, size = [], 0
-            if batch:
-                yield b"".join(batch)
+            yield from crypto.open_reader(
+                blob.read, purpose=services.BLOB_PURPOSE, row_id=str(attachment.id), piece_bytes=RESPONSE_PIECE_BYTES
+            )
         else:
-            yield from pieces
+            yield from storage.iter_blob(blob)
     except crypto.DecryptionError:
         logger.error("attachment blob failed authentication", extra={"attachment_id": str(attachment.id)})
         raise
     finally:
-        close = getattr(pieces, "close", None)
-        if close is not None:
-            close()
+        blob.close()
 
 
 def download_response(request: Request, attachment: Attachment) -> HttpResponse:
@@ -146,10 +137,16 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
         response["Cache-Control"] = "no-store"
         return response
     try:
-        pieces = storage.open_reader(attachment.storage_name)
+        blob = storage.open_blob(attachment.storage_name)
     except storage.BlobMissing:
         raise errors.not_found("Attachment not found.") from None  # deleted while this request ran
-    response = StreamingHttpResponse(_stream(pieces, attachment), content_type=attachment.content_type)
+    if request.method == "HEAD":
+        # The headers of the download and no body: the server would drop a streamed body anyway, but only after
+        # this thread had read (and decrypted) every byte of it.
+        blob.close()
+        response = HttpResponse(b"", content_type=attachment.content_type)
+    else:
+        response = StreamingHttpResponse(_stream(blob, attachment), content_type=attachment.content_type)
     response["Content-Length"] = str(attachment.size)
     response["ETag"] = etag
     response["X-Content-Type-Options"] = "nosniff"
@@ -180,7 +177,14 @@ class AttachmentsView(APIView):
                 "required": ["file"],
             }
         },
-        responses={201: serializers.AttachmentResponse, **error_responses(400, 401, 413, 415)},
+        responses={
+            201: serializers.AttachmentResponse,
+            **error_responses(400, 401, 413, 415),
+            408: OpenApiResponse(
+                ErrorSerializer,
+                description="upload_timeout: the upload outlived ATTACHMENT_UPLOAD_TIMEOUT_SECONDS and was removed",
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
         query_expires = request.query_params.get("expiresIn")

@@ -12,6 +12,8 @@ import redis.asyncio
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 _lock = threading.Lock()
 _client: redis.Redis | None = None
@@ -39,8 +41,16 @@ def get_async_client() -> redis.asyncio.Redis:
     if client is None:
         # A blocking pool: a burst of stream connects waits (briefly) for a free connection instead of failing with
         # "Too many connections" once the pool is exhausted.
+        # One retry, on connection errors only: after a Redis restart every pooled connection is dead, and the
+        # first command on each would fail (an event stream answering 503 once) although a fresh connection works.
+        # Not on timeouts: a Redis that hangs must surface after socket_timeout, not twice that.
         pool = redis.asyncio.BlockingConnectionPool.from_url(
-            settings.REDIS_URL, max_connections=64, timeout=5, socket_timeout=5, socket_connect_timeout=2
+            settings.REDIS_URL,
+            max_connections=64,
+            timeout=5,
+            socket_timeout=5,
+            socket_connect_timeout=2,
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
         )
         client = _async_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
     return client

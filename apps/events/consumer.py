@@ -10,7 +10,7 @@ Served by config.asgi next to the REST API on the same port (apps.events.routing
    close message through the user's stream, wherever they are served.
 4. Replay after ``Last-Event-ID`` when it is still retained, else send one ``invalidate``.
 5. Write events as they come, a ``: keepalive`` comment after ``SSE_KEEPALIVE_SECONDS`` of silence; end after an
-   ``evicted`` event (slow consumer, connection limit). A client disconnect cancels the writer; every exit
+   ``evicted`` event (slow consumer, connection limit, the caller's token expired). A client disconnect cancels the writer; every exit
    unsubscribes and releases the slot.
 """
 
@@ -44,6 +44,8 @@ access_log = logging.getLogger("apps.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _ROUTE = "/v1/events"
 _REPLAY_PAGE = 500
+# Events already queued for a stream go out in one write (up to this many): one send per burst, not per event.
+_COALESCE_EVENTS = 64
 
 # Atomically: register the connection with a global sequence number, then pop the oldest beyond the limit.
 _CLAIM_SLOT = """
@@ -58,11 +60,6 @@ return {}
 """
 
 
-def _slot_ttl() -> int:
-    # Refreshed at every keepalive; a slot set left by a crashed process expires on its own.
-    return int(max(60, 4 * settings.SSE_KEEPALIVE_SECONDS))
-
-
 class EventStreamConsumer(AsyncHttpConsumer):
     # No channel layer: a per-connection channel would be one more Redis poller per client; the hub fans out.
     channel_layer_alias = "__sse_has_no_channel_layer__"
@@ -70,6 +67,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
     async def __call__(self, scope, receive, send) -> None:
         self._finished = asyncio.Event()
         self._writer: asyncio.Task | None = None
+        self._expiry: asyncio.TimerHandle | None = None
 
         async def receive_or_finished():
             # When the writer ends the stream itself, the consumer must stop too; uvicorn only reports a
@@ -129,6 +127,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
             raise errors.validation_error({"kinds": str(exc)}) from None
 
         subscriber = Subscriber(user_id=principal.user_id, kinds=kinds, on_close=self._arm_eviction_deadline)
+        expires_in = _token_lifetime(principal.raw_claims)
         hub = get_hub()
         try:
             await hub.register(subscriber)
@@ -139,7 +138,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
                 streams.sequence_key(),
                 subscriber.connection_id,
                 settings.SSE_MAX_CONNECTIONS_PER_USER,
-                _slot_ttl(),
+                streams.slot_ttl(),
             )
         except redis.RedisError as exc:
             hub.unregister(subscriber)
@@ -155,7 +154,13 @@ class EventStreamConsumer(AsyncHttpConsumer):
             ],
         )
         await self.send_body(b"", more_body=True)
-        self._writer = asyncio.get_running_loop().create_task(
+        loop = asyncio.get_running_loop()
+        if expires_in is not None:
+            # The stream lives no longer than the token it was opened with (a REST call with it would be a 401
+            # from then on): one ``evicted`` event with reason ``token_expired``, then the end; the client
+            # reconnects with a fresh token (and Last-Event-ID, losing nothing).
+            self._expiry = loop.call_later(expires_in, subscriber.close, "token_expired")
+        self._writer = loop.create_task(
             self._stream(subscriber, evicted[0::2], headers.get("last-event-id", "").strip()), name="sse-writer"
         )
 
@@ -190,9 +195,8 @@ class EventStreamConsumer(AsyncHttpConsumer):
             while True:
                 item = await subscriber.next()
                 if item is KEEPALIVE_ITEM:
+                    # (the hub refreshes the user's slot set, once per process and user)
                     await self.send_body(streams.KEEPALIVE, more_body=True)
-                    with contextlib.suppress(redis.RedisError):
-                        await client.expire(streams.connections_key(subscriber.user_id), _slot_ttl())
                     continue
                 if floor is not None and item.entry_id is not None:
                     if streams.entry_id_key(item.entry_id) <= floor:
@@ -203,9 +207,21 @@ class EventStreamConsumer(AsyncHttpConsumer):
                     metrics.SSE_DISCONNECTS.labels(reason).inc()
                     await self._write_final(item)
                     return
-                await self.send_body(streams.sse_block(item.payload, item.entry_id), more_body=True)
-                metrics.SSE_EVENTS_SENT.inc()
+                more = []
+                for event in subscriber.take_ready_events(_COALESCE_EVENTS):
+                    if floor is not None and event.entry_id is not None:
+                        if streams.entry_id_key(event.entry_id) <= floor:
+                            continue  # already replayed
+                        floor = None
+                    more.append(event)
+                block = item.block or streams.sse_block(item.payload, item.entry_id)
+                if more:
+                    block = b"".join([block, *(event.block for event in more)])
+                await self.send_body(block, more_body=True)
+                metrics.SSE_EVENTS_SENT.inc(1 + len(more))
         finally:
+            if self._expiry is not None:
+                self._expiry.cancel()
             hub.unregister(subscriber)
             metrics.SSE_CONNECTIONS.dec()
             with contextlib.suppress(redis.RedisError, RuntimeError):
@@ -263,14 +279,18 @@ class EventStreamConsumer(AsyncHttpConsumer):
         return floor
 
 
+def _token_lifetime(claims: dict) -> float | None:
+    """Seconds until the token stops being accepted (its ``exp`` plus the leeway every endpoint allows)."""
+    exp = claims.get("exp")
+    if not isinstance(exp, int | float) or isinstance(exp, bool):
+        return None
+    return max(0.0, float(exp) + settings.OIDC_LEEWAY_SECONDS - time.time())
+
+
 async def _close_connections(client, user_id: str, connection_ids: list[str]) -> None:
     """Tell the user's oldest streams (any process) to end, through the user's stream their hubs read."""
-    minid = int(time.time() * 1000) - streams.retention_ms()
     pipe = client.pipeline(transaction=False)
     for connection_id in connection_ids:
-        pipe.xadd(
-            streams.stream_key(user_id), {"c": json.dumps({"close": connection_id})}, minid=minid, approximate=True
-        )
-    pipe.expire(streams.stream_key(user_id), streams.stream_ttl_seconds())
+        pipe.eval(*streams.append_args(user_id, "c", json.dumps({"close": connection_id})))
     with contextlib.suppress(redis.RedisError):
         await pipe.execute()

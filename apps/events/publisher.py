@@ -5,8 +5,8 @@ its write transaction. ``publish`` resolves the recipients there (so call it bef
 resolved from, e.g. before deleting a conversation or a membership) and sends after commit; a failed publish never
 fails the write, and nothing is sent for a transaction that rolls back.
 
-Sending is one pipelined round trip to Redis per committed event: an ``XADD`` to each recipient's stream
-(apps.events.streams). When Redis cannot be reached the write still succeeds; the recipients are remembered and get
+Sending is one pipelined round trip to Redis per committed event: one append (XADD to the recipient's stream and
+PUBLISH on its channel, apps.events.streams.append_args) per recipient. When Redis cannot be reached the write still succeeds; the recipients are remembered and get
 an ``invalidate`` event with the next successful publish, so their clients refetch instead of silently missing the
 event. After a failure publishing pauses for ``SSE_PUBLISH_BACKOFF_SECONDS`` so a dead Redis does not add a
 connect timeout to every write.
@@ -60,7 +60,45 @@ def publish(event: str, kind: str, data: dict[str, Any]) -> None:
     if not recipients:
         return
     payload = streams.encode_event(event, kind, data)
-    transaction.on_commit(partial(_send, sorted(recipients), payload, kind), robust=True)
+    transaction.on_commit(partial(_send_or_defer, sorted(recipients), payload, kind), robust=True)
+
+
+# Inside a web request, sends wait until the response has been handed to the server (request_finished): the
+# caller's response does not wait for the Redis round trip, nor for this process's event loop fanning the event out
+# to the streams open here (bench/events.py: that was most of what 500 listeners added to an append's latency).
+# apps.events.middleware.DeferPublishMiddleware opens the deferral per request (a streamed response flushes at once:
+# its request may last long). Outside requests (Celery tasks, commands) they go at once. Either way only after
+# commit, in commit order.
+_request = threading.local()
+
+
+def _send_or_defer(recipients: list[str], payload: bytes, kind: str) -> None:
+    pending = getattr(_request, "pending", None)
+    if pending is None:
+        _send(recipients, payload, kind)
+    else:
+        pending.append((recipients, payload, kind))
+
+
+def defer_until_flush() -> None:
+    """From now on this thread's sends wait for ``flush`` (called at the end of the request)."""
+    flush()  # left by a request that never finished in this thread (not expected; never dropped)
+    _request.pending = []
+
+
+def request_finished(**_kwargs: Any) -> None:
+    flush()
+
+
+def flush() -> None:
+    pending = getattr(_request, "pending", None)
+    _request.pending = None
+    for recipients, payload, kind in pending or ():
+        try:
+            _send(recipients, payload, kind)
+        except Exception:
+            # Never the caller's problem: its response is already out.
+            logger.exception("event publish failed", extra={"kind": kind})
 
 
 def _send(recipients: list[str], payload: bytes, kind: str) -> None:
@@ -71,14 +109,13 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
     with _lock:
         missed = list(_missed)
         _missed.clear()
-    minid = int(time.time() * 1000) - streams.retention_ms()
-    ttl = streams.stream_ttl_seconds()
     try:
         pipe = get_client().pipeline(transaction=False)
+        invalidate = streams.stream_event("invalidate")
         for user in missed:
-            _append(pipe, user, {"e": streams.stream_event("invalidate")}, minid, ttl)
+            pipe.eval(*streams.append_args(user, "e", invalidate))
         for user in recipients:
-            _append(pipe, user, {"e": payload}, minid, ttl)
+            pipe.eval(*streams.append_args(user, "e", payload))
         pipe.execute()
     except redis.RedisError as exc:
         _paused_until = time.monotonic() + settings.SSE_PUBLISH_BACKOFF_SECONDS
@@ -92,12 +129,6 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
         return
     if missed:
         logger.info("invalidate sent after publish failures", extra={"recipients": len(missed)})
-
-
-def _append(pipe: redis.client.Pipeline, user: str, fields: dict[str, bytes], minid: int, ttl: int) -> None:
-    key = streams.stream_key(user)
-    pipe.xadd(key, fields, minid=minid, approximate=True)
-    pipe.expire(key, ttl)
 
 
 def _remember(users: list[str]) -> None:

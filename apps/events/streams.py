@@ -6,6 +6,10 @@ consumer (asyncio).
   the per-user connection limit). The entry id is the SSE ``id:``; ids only grow, so a client's last id orders every
   later entry after it. Entries older than ``SSE_RETENTION_SECONDS`` are trimmed (``XADD ... MINID ~``) and an idle
   stream expires, so retention is bounded without a sweeper.
+- ``<prefix>p:<user>``: a Pub/Sub channel carrying every entry appended to the user's stream, as
+  ``<entry id> <field><value>``. Appends go through one script (``append_args``) that adds the entry and publishes it,
+  so the live feed and the stream agree on ids and order. Processes with open streams subscribe to their users'
+  channels (apps.events.hub): Redis pushes each entry once per process, and a process sends Redis nothing per event.
 - ``<prefix>c:<user>``: a sorted set of the user's open streams across every process, scored by a global counter
   (``<prefix>seq``), so "the oldest" is well defined even between hosts whose clocks differ.
 
@@ -39,6 +43,10 @@ def stream_key(user_id: str) -> str:
     return f"{prefix()}u:{user_id}"
 
 
+def channel_key(user_id: str) -> str:
+    return f"{prefix()}p:{user_id}"
+
+
 def connections_key(user_id: str) -> str:
     return f"{prefix()}c:{user_id}"
 
@@ -54,6 +62,37 @@ def retention_ms() -> int:
 def stream_ttl_seconds() -> int:
     # A stream whose newest entry is older than retention holds nothing a client may replay.
     return settings.SSE_RETENTION_SECONDS + 60
+
+
+# KEYS: stream, channel. ARGV: field ("e" event, "c" control), value, MINID (trim), TTL. Returns the entry id.
+_APPEND = """
+local id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[3], '*', ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('PUBLISH', KEYS[2], id .. ' ' .. ARGV[1] .. ARGV[2])
+return id
+"""
+
+
+def append_args(user_id: str, field: str, value: bytes | str) -> tuple:
+    """Arguments of ``EVAL`` (sync or asyncio client, or a pipeline) appending ``{field: value}`` to the user's
+    stream and publishing it on the user's channel, trimming entries past retention and refreshing the stream's
+    expiry. EVAL rather than EVALSHA: nothing to reload after a Redis restart (Redis caches the compiled script)."""
+    if field not in ("e", "c"):
+        raise ValueError("field must be 'e' or 'c'")
+    minid = int(time.time() * 1000) - retention_ms()
+    return (_APPEND, 2, stream_key(user_id), channel_key(user_id), field, value, minid, stream_ttl_seconds())
+
+
+def parse_published(data: bytes) -> tuple[str, dict[bytes, bytes]]:
+    """A channel message → (entry id, the entry's fields), the shape XREAD/XRANGE give."""
+    entry_id, _, rest = data.partition(b" ")
+    return entry_id.decode(), {rest[:1]: rest[1:]}
+
+
+def slot_ttl() -> int:
+    """Expiry of a user's set of open streams; refreshed by each process holding one, so the set of a crashed
+    process's streams expires on its own."""
+    return int(max(60, 4 * settings.SSE_KEEPALIVE_SECONDS))
 
 
 def encode_event(event: str, kind: str, data: dict[str, Any]) -> bytes:

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "apps.core.middleware.RequestContextMiddleware",
     "apps.core.middleware.BodySizeLimitMiddleware",
+    "apps.events.middleware.DeferPublishMiddleware",  # a request's events go out after its response
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

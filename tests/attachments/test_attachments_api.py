@@ -35,7 +35,12 @@ def _expires_at(meta: dict) -> datetime:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("size", [0, 1, crypto.STREAM_CHUNK_BYTES, crypto.STREAM_CHUNK_BYTES + 1, 700_000])
+# 4 * chunk + 1 and 3 MiB + 5: several reads of whole chunks by the download, the last one short.
+@pytest.mark.parametrize(
+    "size",
+    [0, 1, crypto.STREAM_CHUNK_BYTES, crypto.STREAM_CHUNK_BYTES + 1, 700_000, 4 * crypto.STREAM_CHUNK_BYTES + 1,
+     3 * 1024 * 1024 + 5],
+)
 def test_round_trip(client_for, size):
     bob = client_for("bob")
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
@@ -51,6 +56,65 @@ def test_round_trip(client_for, size):
     assert response["Content-Length"] == str(size)
     assert response["ETag"] == f'"{sha256(data)}"'
     assert response["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("encrypted", [True, False])
+def test_head_answers_the_headers_without_reading_the_blob(client_for, settings, monkeypatch, encrypted):
+    settings.ATTACHMENT_ENCRYPTION = encrypted
+    bob = client_for("bob")
+    data = os.urandom(3 * crypto.STREAM_CHUNK_BYTES + 10)
+    meta = upload_ok(bob, data, filename="page.html", content_type="text/html")
+    get = bob.get(meta["href"])
+    assert body_of(get) == data
+    opened: list[object] = []
+    real_open = crypto.StreamOpener.__init__
+
+    def counting_open(self, **kwargs):
+        opened.append(kwargs)
+        real_open(self, **kwargs)
+
+    monkeypatch.setattr(crypto.StreamOpener, "__init__", counting_open)
+    head = bob.head(meta["href"])
+    assert head.status_code == 200
+    assert not head.streaming and head.content == b""
+    for name in ("Content-Type", "Content-Length", "ETag", "X-Content-Type-Options", "Content-Disposition"):
+        assert head[name] == get[name], name
+    assert head["Content-Length"] == str(len(data))
+    assert opened == []  # nothing was decrypted (a GET opens the stream: see the round trip)
+    assert body_of(bob.get(meta["href"])) == data
+    assert len(opened) == (1 if encrypted else 0)
+    assert bob.head(meta["href"], HTTP_IF_NONE_MATCH=get["ETag"]).status_code == 304
+
+
+@pytest.mark.django_db
+def test_head_of_a_missing_blob_is_404(client_for, attachment_dir):
+    bob = client_for("bob")
+    meta = upload_ok(bob, b"soon gone")
+    [blob] = blobs(attachment_dir)
+    blob.unlink()
+    assert bob.head(meta["href"]).status_code == 404  # a HEAD answer has no body to check
+    assert_error(bob.get(meta["href"]), 404, "not_found")
+
+
+@pytest.mark.django_db
+def test_upload_outliving_its_deadline_is_408(client_for, settings, attachment_dir, monkeypatch,
+                                              django_capture_on_commit_callbacks):  # fmt: skip
+    from apps.attachments import services
+
+    settings.ATTACHMENT_UPLOAD_TIMEOUT_SECONDS = 0  # the row is past its deadline from the start
+    real_finish = services.Upload.finish
+
+    def finish_then_sweep(self):
+        real_finish(self)
+        services.remove_expired()  # the expiry sweep runs between the last byte and completion
+
+    monkeypatch.setattr(services.Upload, "finish", finish_then_sweep)
+    bob = client_for("bob")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert_error(upload(bob, b"slow upload"), 408, "upload_timeout")
+    assert blobs(attachment_dir) == []
+    assert not Attachment.objects.exists()
 
 
 @pytest.mark.django_db
@@ -539,10 +603,86 @@ def test_openapi_documents_the_attachment_endpoints(api):
     upload_op = paths["/v1/attachments"]["post"]
     multipart = upload_op["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert multipart["properties"]["file"]["format"] == "binary" and multipart["required"] == ["file"]
-    assert {"201", "400", "401", "413"} <= set(upload_op["responses"])
+    assert {"201", "400", "401", "408", "413"} <= set(upload_op["responses"])
     assert {"get", "delete"} <= set(paths["/v1/attachments/{id}"])
     assert "304" in paths["/v1/attachments/{id}"]["get"]["responses"]
     assert "get" in paths["/v1/attachments/{id}/download-url"]
     signed = paths["/v1/attachments/download/{token}/{filename}"]["get"]
     assert {} in signed["security"]  # the empty requirement: no credentials needed
     assert "get" in paths["/v1/admin/attachments"]
+
+
+# --- Key rotation -----------------------------------------------------------------------------------------------
+
+
+def _rotate(**options) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    options.setdefault("no_progress", True)
+    call_command("rotate_encryption_key", stdout=out, **options)
+    return out.getvalue()
+
+
+def _kid_of(path) -> str:
+    with open(path, "rb") as handle:
+        return crypto.stream_key_id(handle.read(crypto.MAX_STREAM_HEADER))
+
+
+@pytest.mark.django_db
+def test_rotate_encryption_key_reseals_blobs(client_for, settings, attachment_dir, capsys):
+    import base64
+
+    old, new = base64.b64encode(os.urandom(32)).decode(), base64.b64encode(os.urandom(32)).decode()
+    settings.MEMORY_ENCRYPTION_KEYS = f"old:{old}"
+    bob = client_for("bob")
+    payloads = [os.urandom(size) for size in (0, 10, 3 * crypto.STREAM_CHUNK_BYTES + 5)]
+    metas = [upload_ok(bob, data) for data in payloads]
+    settings.ATTACHMENT_ENCRYPTION = False
+    plain = upload_ok(bob, b"not encrypted")  # left alone
+    settings.ATTACHMENT_ENCRYPTION = True
+    paths = {meta["id"]: next(p for p in blobs(attachment_dir) if p.name == meta["id"]) for meta in metas}
+    assert {_kid_of(path) for path in paths.values()} == {"old"}
+
+    settings.MEMORY_ENCRYPTION_KEYS = f"new:{new},old:{old}"
+    current = upload_ok(bob, b"already under the new key")
+    assert "attachments.blob: 3 file(s) to re-encrypt" in _rotate(dry_run=True)
+    assert {_kid_of(path) for path in paths.values()} == {"old"}  # a dry run writes nothing
+
+    output = _rotate(no_progress=False)
+    assert "attachments.blob: rotated 3, already current 1, failed 0, remaining 0" in output
+    assert "attachments.blob" in capsys.readouterr().err  # the progress bar
+    assert {_kid_of(path) for path in paths.values()} == {"new"}
+    assert not [p for p in blobs(attachment_dir) if p.name.endswith(".part")]
+
+    settings.MEMORY_ENCRYPTION_KEYS = f"new:{new}"  # the old key retired: everything still downloads, same ETag
+    for meta, data in zip(metas, payloads, strict=True):
+        response = bob.get(meta["href"])
+        assert body_of(response) == data and response["ETag"] == f'"{sha256(data)}"'
+    assert body_of(bob.get(plain["href"])) == b"not encrypted"
+    assert body_of(bob.get(current["href"])) == b"already under the new key"
+    assert "attachments.blob: rotated 0, already current 4, failed 0, remaining 0" in _rotate()
+
+
+@pytest.mark.django_db
+def test_rotation_reports_a_blob_that_does_not_open(client_for, settings, attachment_dir):
+    import base64
+
+    from django.core.management.base import CommandError
+
+    old, new = base64.b64encode(os.urandom(32)).decode(), base64.b64encode(os.urandom(32)).decode()
+    settings.MEMORY_ENCRYPTION_KEYS = f"old:{old}"
+    bob = client_for("bob")
+    good, bad = upload_ok(bob, b"good" * 1000), upload_ok(bob, b"bad" * 1000)
+    bad_path = next(p for p in blobs(attachment_dir) if p.name == bad["id"])
+    damaged = bytearray(bad_path.read_bytes())
+    damaged[-1] ^= 1
+    bad_path.write_bytes(bytes(damaged))
+    settings.MEMORY_ENCRYPTION_KEYS = f"new:{new},old:{old}"
+    with pytest.raises(CommandError, match="could not be decrypted"):
+        _rotate()
+    assert bad_path.read_bytes() == bytes(damaged)  # left as it was, nothing half-written
+    assert not [p for p in blobs(attachment_dir) if p.name.endswith(".part")]
+    assert body_of(bob.get(good["href"])) == b"good" * 1000

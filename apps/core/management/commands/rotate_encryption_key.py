@@ -1,4 +1,5 @@
-"""`manage.py rotate_encryption_key`: re-encrypt every registered encrypted column under the current primary key (D4).
+"""`manage.py rotate_encryption_key`: re-encrypt every registered encrypted column, and every registered set of
+encrypted files (attachment blobs, see ``crypto.register_blob_rotator``), under the current primary key (D4).
 
 Put the new key first in MEMORY_ENCRYPTION_KEYS (keeping the old ones after it), restart the service so new writes use
 it, then run this command. It is safe while the service serves and resumable:
@@ -9,6 +10,10 @@ it, then run this command. It is safe while the service serves and resumable:
   live request holds is skipped (and reported as remaining) instead of blocking either side, and a locked row cannot
   change between our read and our write;
 * the update touches only the encrypted column (no save(), no signals, no auto_now bumps).
+
+Files are re-sealed one at a time (streamed, bounded memory), each replacing the old one atomically; a file whose
+row is locked by a delete or the expiry sweep is skipped and reported as remaining. A file's key id is read from its
+clear header, so a re-run also continues where one stopped.
 
 Remove an old key from the ring only once the summary reports nothing remaining.
 """
@@ -51,8 +56,9 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         primary = crypto.primary_key_id()  # also validates the key ring before touching anything
         specs = crypto.encrypted_fields()
-        if not specs:
-            self.stdout.write("No encrypted columns are registered; nothing to do.")
+        rotators = crypto.blob_rotators()
+        if not specs and not rotators:
+            self.stdout.write("No encrypted columns or files are registered; nothing to do.")
             return
         self.stdout.write(f"Primary key id: {primary}")
 
@@ -63,6 +69,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"{spec.model_label}.{spec.field}: {pending.count()} value(s) to re-encrypt")
                 continue
             tallies.append(self._rotate(spec, primary, pending, batch_size, no_progress))
+        for rotator in rotators:
+            tallies.append(self._rotate_blobs(rotator, primary, dry_run, no_progress))
 
         if dry_run:
             return
@@ -124,6 +132,21 @@ class Command(BaseCommand):
                 bar.update(len(rows))
         tally.remaining = pending.count() - tally.failed
         return tally
+
+    def _rotate_blobs(self, rotator: crypto.BlobRotator, primary: str, dry_run: bool, no_progress: bool) -> _Tally:
+        """Files sealed as streams (attachment blobs): each is read and re-sealed whole, so the bar counts files."""
+        with tqdm(total=rotator.count(), desc=rotator.label, unit="file", file=sys.stderr, disable=no_progress) as bar:
+            result = rotator.rotate(primary, bar.update, dry_run)
+        if dry_run:
+            self.stdout.write(f"{rotator.label}: {result.rotated} file(s) to re-encrypt")
+        return _Tally(
+            rotator.label,
+            rotated=result.rotated,
+            already_primary=result.already_primary,
+            failed=result.failed,
+            failed_examples=result.failed_examples,
+            remaining=result.skipped,
+        )
 
     @staticmethod
     def _reencrypt(spec: crypto.EncryptedField, primary: str, row: models.Model, tally: _Tally) -> bool:
