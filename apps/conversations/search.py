@@ -241,23 +241,12 @@ UNINDEXED_CURSOR = "conversations.unindexed"
 
 def unindexed(*, cursor: str | None, limit: int) -> dict:
     """History entries of live conversations with no index text yet, oldest first (indexer role)."""
-    where, params = ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], []
-    if cursor:
-        position, item_id = pagination.decode_timestamp_cursor(cursor, UNINDEXED_CURSOR)
-        where.append("(e.created_at, e.id) > (%s, %s)")
-        params += [position, item_id]
-    sql = (
-        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "  # noqa: S608
-        "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id "
-        f"WHERE {' AND '.join(where)} ORDER BY e.created_at, e.id LIMIT %s"
+    rows, next_cursor = pagination.fetch_timestamp_page(
+        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
+        "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id",
+        ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], [],
+        order=("e.created_at", "e.id"), tag=UNINDEXED_CURSOR, cursor=cursor, limit=limit, position_index=6,
     )
-    with connection.cursor() as db:
-        db.execute(sql, [*params, limit + 1])
-        rows = db.fetchall()
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = pagination.encode_tagged_cursor(UNINDEXED_CURSOR, rows[-1][6], rows[-1][0])
     data = [
         {
             "conversationId": str(conversation_id),

@@ -236,21 +236,10 @@ def list_forks(root_id: UUID, *, cursor: str | None, limit: int, include_deleted
     params: list[Any] = [root_id]
     if not include_deleted:
         where.append("c.deleted_at IS NULL")
-    if cursor:
-        position, item_id = pagination.decode_timestamp_cursor(cursor, FORKS_CURSOR)
-        where.append("(c.created_at, c.id) > (%s, %s)")
-        params += [position, item_id]
-    sql = (
-        "SELECT c.id, c.title, c.forked_at_conversation_id, c.forked_at_entry_id, c.created_at "  # noqa: S608
-        f"FROM conversations c WHERE {' AND '.join(where)} ORDER BY c.created_at, c.id LIMIT %s"
+    rows, next_cursor = pagination.fetch_timestamp_page(
+        "SELECT c.id, c.title, c.forked_at_conversation_id, c.forked_at_entry_id, c.created_at FROM conversations c",
+        where, params, order=("c.created_at", "c.id"), tag=FORKS_CURSOR, cursor=cursor, limit=limit, position_index=4,
     )
-    with connection.cursor() as db:
-        db.execute(sql, [*params, limit + 1])
-        rows = db.fetchall()
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = pagination.encode_tagged_cursor(FORKS_CURSOR, rows[-1][4], rows[-1][0])
     data = [
         {
             "conversationId": str(row[0]),
@@ -356,23 +345,12 @@ def _channel_where(channel: str | None, client_id: str | None, *, admin: bool) -
 
 def _entries_page(vis: Visibility, channel_sql: str, channel_params: list, cursor: str | None, limit: int) -> dict:
     visible_sql, params = _visible_where(vis)
-    where = [visible_sql, channel_sql]
-    params += channel_params
-    if cursor:
-        position, item_id = pagination.decode_timestamp_cursor(cursor, ENTRIES_CURSOR)
-        where.append("(e.created_at, e.id) > (%s, %s)")
-        params += [position, item_id]
-    sql = (
-        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "  # noqa: S608
-        f"FROM conversation_entries e WHERE {' AND '.join(where)} ORDER BY e.created_at, e.id LIMIT %s"
+    rows, next_cursor = pagination.fetch_timestamp_page(
+        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
+        "FROM conversation_entries e",
+        [visible_sql, channel_sql], [*params, *channel_params],
+        order=("e.created_at", "e.id"), tag=ENTRIES_CURSOR, cursor=cursor, limit=limit, position_index=6,
     )
-    with connection.cursor() as db:
-        db.execute(sql, [*params, limit + 1])
-        rows = db.fetchall()
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = pagination.encode_tagged_cursor(ENTRIES_CURSOR, rows[-1][6], rows[-1][0])
     data = [
         entry_response(
             entry_id=entry_id,

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import connection
 from django.db.models import F, Q, QuerySet
 
 from apps.core import errors
@@ -164,6 +165,42 @@ def encode_tagged_cursor(tag: str, sort_value: Any, item_id: Any) -> str:
         sort_value = sort_value.isoformat()
     raw = json.dumps([sort_value, str(item_id), tag], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def fetch_timestamp_page(
+    select_from: str,
+    where: list[str],
+    params: list[Any],
+    *,
+    order: tuple[str, str],
+    tag: str,
+    cursor: str | None,
+    limit: int,
+    position_index: int,
+) -> tuple[list[tuple], str | None]:
+    """One page of a raw-SQL list ordered by (timestamp column, id column), continuing after ``cursor``.
+
+    ``select_from`` is ``SELECT <id>, ... FROM ...`` (the id first, the timestamp at ``position_index``); ``where``
+    the list's own conditions. Fetches limit + 1 rows so the next cursor (tagged with ``tag``) is None exactly
+    when nothing follows.
+    """
+    where, params = list(where), list(params)
+    position_column, id_column = order
+    if cursor:
+        position, item_id = decode_timestamp_cursor(cursor, tag)
+        where.append(f"({position_column}, {id_column}) > (%s, %s)")
+        params += [position, item_id]
+    sql = (
+        f"{select_from} WHERE {' AND '.join(where)} "
+        f"ORDER BY {position_column}, {id_column} LIMIT %s"
+    )
+    with connection.cursor() as db:
+        db.execute(sql, [*params, limit + 1])
+        rows = db.fetchall()
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, encode_tagged_cursor(tag, rows[-1][position_index], rows[-1][0])
 
 
 def decode_timestamp_cursor(cursor: str, tag: str, field: str = "afterCursor") -> tuple[datetime, Any]:
