@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 import jwt
 import pytest
 from django.conf import settings
+from django.test import Client
 from rest_framework.test import APIClient
 
 from config import embedded_services
@@ -164,3 +165,12 @@ def live_service(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterat
     finally:
         # Before pytest-django drops the test database: the server's connections would block the DROP.
         service.stop()
+
+
+@pytest.fixture
+def operator(django_user_model) -> Client:
+    """A logged-in Django superuser for the operator pages under /admin/."""
+    user = django_user_model.objects.create_superuser("op", "op@example.com", "op-password")
+    client = Client()
+    client.force_login(user)
+    return client

@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
@@ -16,13 +15,6 @@ PAGES = [
     "/admin/sharing/ownershiptransfer/",
 ]
 
-
-@pytest.fixture
-def operator(django_user_model) -> Client:
-    user = django_user_model.objects.create_superuser("op", "op@example.com", "op-password")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_admin_pages_show_metadata_only(operator, client_for):

@@ -4,20 +4,12 @@ memory_deleted event and leave its vectors behind."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from apps.memories.models import Memory, MemoryEvent
 from tests.memories.conftest import get, put_ok
 
 pytestmark = pytest.mark.django_db
 
-
-@pytest.fixture
-def operator(django_user_model) -> Client:
-    user = django_user_model.objects.create_superuser("op", "op@example.com", "op-password")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_memory_admin_cannot_delete_or_edit(operator, client_for):
