@@ -14,6 +14,7 @@ from django.db import connections
 
 from apps.conversations import indexer, tasks
 from apps.core import claims
+from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 from tests.conversations.support import (
     CONVERSATIONS,
     append_ok,
@@ -23,7 +24,6 @@ from tests.conversations.support import (
     run_concurrently,
     sql,
 )
-from tests.memories.test_indexer_recovery import _broker_url, _kill_group, _start_worker, _wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,29 +140,29 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_its_entries_are_indexed_wit
     # One entry per conversation: search returns one result per conversation.
     entries = {append_ok(bob, new_id(), f"lighthouse keeper diary entry {index}")["id"] for index in range(20)}
     mine = "id = ANY(%s::uuid[])"
-    broker = _broker_url()
+    broker = broker_url()
     workers = []
     try:
         # Worker 1 claims the whole batch at its first beat tick, then embeds "slowly" (a 5-minute model).
-        slow, slow_log = _start_worker(
+        slow, slow_log = start_worker(
             tmp_path, "slow", broker, EMBEDDING_HASH_DELAY_SECONDS="300", CONVERSATION_INDEXING_INTERVAL="2"
         )
         workers.append(slow)
-        _wait_for(lambda: claims.held_by_others(claims.CONVERSATION_INDEXING) == 20, 90, "worker 1 to claim",
+        wait_for(lambda: claims.held_by_others(claims.CONVERSATION_INDEXING) == 20, 90, "worker 1 to claim",
                   [slow_log])
 
         # Worker 2, healthy, default schedule: while worker 1 lives it leaves the claimed entries alone.
-        healthy, healthy_log = _start_worker(tmp_path, "healthy", broker)
+        healthy, healthy_log = start_worker(tmp_path, "healthy", broker)
         workers.append(healthy)
-        _wait_for(
+        wait_for(
             lambda: re.search(rb"index_conversation_entries\[[^]]*\] succeeded", healthy_log.read_bytes()),
             90, "worker 2 to run a cycle", [healthy_log],
         )
         assert count("conversation_entries", f"{mine} AND indexed_content IS NOT NULL", [list(entries)]) == 0
         assert found(bob, "lighthouse keeper") == set()
 
-        _kill_group(slow)  # kill -9 worker 1 (main process, pool child and beat) mid-batch
-        recovery = _wait_for(
+        kill_group(slow)  # kill -9 worker 1 (main process, pool child and beat) mid-batch
+        recovery = wait_for(
             lambda: found(bob, "lighthouse keeper diary") == entries and found(bob, "lighthouse", "semantic") == entries,
             30, "every entry to become searchable after the kill", [slow_log, healthy_log],
         )
@@ -171,7 +171,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_its_entries_are_indexed_wit
                      [list(entries)]) == 0
     finally:
         for process in workers:
-            _kill_group(process)
+            kill_group(process)
         import redis
 
         redis.Redis.from_url(broker).flushdb()

@@ -8,23 +8,20 @@ connection close, so another worker's next cycle takes them (issue 7, item 4: wi
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.db import connection, connections
+from django.db import connections
 
 from apps.core import claims
 from apps.memories import indexer
 from apps.memories.models import IndexStatus, Memory
-from tests.conftest import service_env
+from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -89,95 +86,31 @@ def test_32_concurrent_workers_never_embed_a_version_twice(client_for, monkeypat
     assert len(searchable_keys(bob, "harbours")) == 100
 
 
-def _broker_url() -> str:
-    # A database of the test Valkey of its own, so the workers here see no other test's (or run's) tasks.
-    base, _, _db = settings.CELERY_BROKER_URL.rpartition("/")
-    return f"{base}/{random.randint(8, 15)}"
-
-
-def _start_worker(
-    tmp_path: Path, name: str, broker: str, *, beat: bool = True, pool: str = "threads", **env: str
-) -> tuple[subprocess.Popen, Path]:
-    """A real Celery worker; ``pool`` defaults to the Procfile's (threads: one process embeds)."""
-    from psycopg.conninfo import make_conninfo
-
-    connection.ensure_connection()
-    params = {k: v for k, v in connection.get_connection_params().items() if k in {"dbname", "user", "password", "host", "port"}}
-    log = tmp_path / f"{name}.log"
-    environment = {
-        **service_env(),
-        "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
-        "DATABASE_URL": make_conninfo(**{k: str(v) for k, v in params.items() if v}),
-        "REDIS_URL": broker,
-        "DATA_DIR": str(tmp_path / name),
-        "SECRET_KEY": settings.SECRET_KEY,
-        "MEMORY_ENCRYPTION_KEYS": settings.MEMORY_ENCRYPTION_KEYS,
-        "EMBEDDING_PROVIDER": "hash",
-        "LOG_LEVEL": "INFO",
-        "DB_CONN_MAX_AGE": "0",
-        **env,
-    }
-    command = [
-        sys.executable, "-m", "celery", "-A", "config", "worker",
-        "--pool", pool, "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-    ]
-    if beat:
-        command += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
-    with open(log, "wb") as output:
-        process = subprocess.Popen(
-            command, env=environment, cwd=settings.BASE_DIR, stdout=output, stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the pool and beat children die with it
-        )
-    return process, log
-
-
-def _kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
-
-
-def _wait_for(condition, timeout: float, what: str, logs: list[Path]) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if condition():
-            return time.monotonic() - started
-        time.sleep(0.2)
-    tails = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs if log.exists())
-    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{tails}")
-
-
 def test_a_worker_killed_mid_batch_loses_nothing_and_its_rows_are_taken_within_30s(client_for, tmp_path):
     bob = client_for("bob")
     for index in range(20):
         put(bob, f"m{index}", f"lighthouse keeper diary entry {index}")
-    broker = _broker_url()
+    broker = broker_url()
     workers: list[subprocess.Popen] = []
     try:
         # Worker 1 claims the whole batch at its first beat tick, then embeds "slowly" (a 5-minute model).
-        slow, slow_log = _start_worker(
+        slow, slow_log = start_worker(
             tmp_path, "slow", broker, EMBEDDING_HASH_DELAY_SECONDS="300", MEMORY_EPISODIC_INDEXING_INTERVAL="2"
         )
         workers.append(slow)
-        _wait_for(
+        wait_for(
             lambda: Memory.objects.filter(index_attempts=1).count() == 20, 90, "worker 1 to claim", [slow_log]
         )
 
         # Worker 2, healthy, with the default schedule: while worker 1 lives it leaves the claimed rows alone.
-        healthy, healthy_log = _start_worker(tmp_path, "healthy", broker)
+        healthy, healthy_log = start_worker(tmp_path, "healthy", broker)
         workers.append(healthy)
-        _wait_for(lambda: b"succeeded" in healthy_log.read_bytes(), 90, "worker 2 to run a cycle", [healthy_log])
+        wait_for(lambda: b"succeeded" in healthy_log.read_bytes(), 90, "worker 2 to run a cycle", [healthy_log])
         assert Memory.objects.filter(index_status=IndexStatus.INDEXED).count() == 0
         assert searchable_keys(bob, "lighthouse keeper") == set()
 
-        _kill_group(slow)  # kill -9 worker 1 (its threads and beat) mid-batch
-        recovery = _wait_for(
+        kill_group(slow)  # kill -9 worker 1 (its threads and beat) mid-batch
+        recovery = wait_for(
             lambda: searchable_keys(bob, "lighthouse keeper diary") == {f"m{index}" for index in range(20)},
             30, "every memory to become searchable after the kill", [slow_log, healthy_log],
         )
@@ -186,7 +119,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_its_rows_are_taken_within_3
         assert Memory.objects.get(key="m0").index_attempts == 2  # claimed twice: by the dead worker, then by worker 2
     finally:
         for process in workers:
-            _kill_group(process)
+            kill_group(process)
         import redis
 
         redis.Redis.from_url(broker).flushdb()
@@ -213,20 +146,20 @@ def test_a_killed_pool_process_has_its_task_redelivered_and_its_rows_claimed_aga
     bob = client_for("bob")
     for index in range(5):
         put(bob, f"p{index}", f"tide pool creature {index}")
-    broker = _broker_url()
+    broker = broker_url()
     worker = None
     try:
         # The prefork pool (a supported alternative to the Procfile's threads): its pool process can die alone.
-        worker, log = _start_worker(
+        worker, log = start_worker(
             tmp_path, "pool", broker, beat=False, pool="prefork", EMBEDDING_HASH_DELAY_SECONDS="300"
         )
         with app.connection_for_write(url=broker) as conn:
             app.send_task("apps.memories.tasks.index_pending_memories", connection=conn)
-        _wait_for(lambda: Memory.objects.filter(index_attempts=1).count() == 5, 90, "the first claim", [log])
+        wait_for(lambda: Memory.objects.filter(index_attempts=1).count() == 5, 90, "the first claim", [log])
         pool = _pool_children(worker.pid)
         assert len(pool) == 1, pool
         os.kill(pool[0], signal.SIGKILL)  # mid-batch: the pool process sleeps in the "model"
-        redelivered = _wait_for(
+        redelivered = wait_for(
             lambda: Memory.objects.filter(index_attempts=2).count() == 5, 30, "the redelivered task's claim", [log]
         )
         print(f"redelivered and re-claimed {redelivered:.1f}s after kill -9 of the pool process")
@@ -235,7 +168,7 @@ def test_a_killed_pool_process_has_its_task_redelivered_and_its_rows_claimed_aga
         assert _pool_children(worker.pid) and _pool_children(worker.pid) != pool
     finally:
         if worker is not None:
-            _kill_group(worker)
+            kill_group(worker)
         import redis
 
         redis.Redis.from_url(broker).flushdb()

@@ -1,0 +1,82 @@
+"""Real Celery worker processes for the tests of the background indexers (memories, conversation search): a
+broker database of their own, start with the Procfile's pool, kill the whole process group, wait with the logs."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.conftest import service_env
+
+
+def broker_url() -> str:
+    # A database of the test Valkey of its own, so the workers here see no other test's (or run's) tasks.
+    base, _, _db = settings.CELERY_BROKER_URL.rpartition("/")
+    return f"{base}/{random.randint(8, 15)}"
+
+
+def start_worker(
+    tmp_path: Path, name: str, broker: str, *, beat: bool = True, pool: str = "threads", **env: str
+) -> tuple[subprocess.Popen, Path]:
+    """A real Celery worker; ``pool`` defaults to the Procfile's (threads: one process embeds)."""
+    from psycopg.conninfo import make_conninfo
+
+    connection.ensure_connection()
+    params = {k: v for k, v in connection.get_connection_params().items() if k in {"dbname", "user", "password", "host", "port"}}
+    log = tmp_path / f"{name}.log"
+    environment = {
+        **service_env(),
+        "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
+        "DATABASE_URL": make_conninfo(**{k: str(v) for k, v in params.items() if v}),
+        "REDIS_URL": broker,
+        "DATA_DIR": str(tmp_path / name),
+        "SECRET_KEY": settings.SECRET_KEY,
+        "MEMORY_ENCRYPTION_KEYS": settings.MEMORY_ENCRYPTION_KEYS,
+        "EMBEDDING_PROVIDER": "hash",
+        "LOG_LEVEL": "INFO",
+        "DB_CONN_MAX_AGE": "0",
+        **env,
+    }
+    command = [
+        sys.executable, "-m", "celery", "-A", "config", "worker",
+        "--pool", pool, "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+    ]
+    if beat:
+        command += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            command, env=environment, cwd=settings.BASE_DIR, stdout=output, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the pool and beat children die with it
+        )
+    return process, log
+
+
+def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+def wait_for(condition, timeout: float, what: str, logs: list[Path]) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(0.2)
+    tails = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs if log.exists())
+    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{tails}")
