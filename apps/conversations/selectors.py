@@ -34,6 +34,7 @@ def decrypt_content(blob: Any, conversation_id: Any, entry_id: Any) -> list:
 
 # --- Shapes -----------------------------------------------------------------------------------------------------
 
+_UPDATED_AT = 4  # position of c.updated_at in _CONV_COLUMNS (the list cursors' sort key)
 _CONV_COLUMNS = (
     "c.id, c.title, c.owner_user_id, c.created_at, c.updated_at, c.metadata, c.forked_at_conversation_id, "
     "c.forked_at_entry_id, c.deleted_at, c.root_id"
@@ -179,23 +180,13 @@ def list_conversations(
     if query:
         where.append("strpos(lower(c.title), lower(%s)) > 0")
         params.append(query)
-    if cursor:
-        position, item_id = pagination.decode_timestamp_cursor(cursor, CONVERSATIONS_CURSOR)
-        where.append("(c.updated_at, c.id) < (%s, %s)")
-        params += [position, item_id]
-    sql = (
+    rows, next_cursor = pagination.fetch_timestamp_page(
         f"SELECT {_CONV_COLUMNS}, m.access_level FROM conversation_memberships m "  # noqa: S608 - fixed fragments
-        "JOIN conversations c ON c.root_id = m.root_id "
-        f"WHERE {' AND '.join(where)} ORDER BY c.updated_at DESC, c.id DESC LIMIT %s"
+        "JOIN conversations c ON c.root_id = m.root_id",
+        where, params, order=("c.updated_at", "c.id"), tag=CONVERSATIONS_CURSOR, cursor=cursor, limit=limit,
+        position_index=_UPDATED_AT, descending=True,
     )
-    with connection.cursor() as db:
-        db.execute(sql, [*params, limit + 1])
-        rows = db.fetchall()
-    page = [(ConversationRow.from_db(row[:-1]), row[-1]) for row in rows[:limit]]
-    next_cursor = None
-    if len(rows) > limit:
-        last = page[-1][0]
-        next_cursor = pagination.encode_tagged_cursor(CONVERSATIONS_CURSOR, last.updated_at, last.id)
+    page = [(ConversationRow.from_db(row[:-1]), row[-1]) for row in rows]
     return pagination.envelope([conversation_item(row, level) for row, level in page], next_cursor)
 
 
@@ -207,21 +198,12 @@ def admin_list_conversations(*, user_id: str | None, include_deleted: bool, curs
     if user_id is not None:
         where.append("c.owner_user_id = %s")
         params.append(user_id)
-    if cursor:
-        position, item_id = pagination.decode_timestamp_cursor(cursor, ADMIN_CONVERSATIONS_CURSOR)
-        where.append("(c.updated_at, c.id) < (%s, %s)")
-        params += [position, item_id]
-    sql = (
-        f"SELECT {_CONV_COLUMNS} FROM conversations c WHERE {' AND '.join(where)} "  # noqa: S608 - fixed fragments
-        "ORDER BY c.updated_at DESC, c.id DESC LIMIT %s"
+    rows, next_cursor = pagination.fetch_timestamp_page(
+        f"SELECT {_CONV_COLUMNS} FROM conversations c",  # noqa: S608 - fixed fragments
+        where, params, order=("c.updated_at", "c.id"),
+        tag=ADMIN_CONVERSATIONS_CURSOR, cursor=cursor, limit=limit, position_index=_UPDATED_AT, descending=True,
     )
-    with connection.cursor() as db:
-        db.execute(sql, [*params, limit + 1])
-        rows = [ConversationRow.from_db(row) for row in db.fetchall()]
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = pagination.encode_tagged_cursor(ADMIN_CONVERSATIONS_CURSOR, rows[-1].updated_at, rows[-1].id)
+    rows = [ConversationRow.from_db(row) for row in rows]
     return pagination.envelope([conversation_admin(row) for row in rows], next_cursor)
 
 

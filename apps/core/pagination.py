@@ -177,8 +177,10 @@ def fetch_timestamp_page(
     cursor: str | None,
     limit: int,
     position_index: int,
+    descending: bool = False,
 ) -> tuple[list[tuple], str | None]:
-    """One page of a raw-SQL list ordered by (timestamp column, id column), continuing after ``cursor``.
+    """One page of a raw-SQL list ordered by (timestamp column, id column), oldest first unless ``descending``,
+    continuing after ``cursor``.
 
     ``select_from`` is ``SELECT <id>, ... FROM ...`` (the id first, the timestamp at ``position_index``); ``where``
     the list's own conditions. Fetches limit + 1 rows so the next cursor (tagged with ``tag``) is None exactly
@@ -188,11 +190,12 @@ def fetch_timestamp_page(
     position_column, id_column = order
     if cursor:
         position, item_id = decode_timestamp_cursor(cursor, tag)
-        where.append(f"({position_column}, {id_column}) > (%s, %s)")
+        where.append(f"({position_column}, {id_column}) {'<' if descending else '>'} (%s, %s)")
         params += [position, item_id]
+    direction = "DESC" if descending else "ASC"
     sql = (
         f"{select_from} WHERE {' AND '.join(where)} "
-        f"ORDER BY {position_column}, {id_column} LIMIT %s"
+        f"ORDER BY {position_column} {direction}, {id_column} {direction} LIMIT %s"
     )
     with connection.cursor() as db:
         db.execute(sql, [*params, limit + 1])
