@@ -14,7 +14,6 @@ import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
 
-from a2wsgi import WSGIMiddleware
 from django.core.asgi import get_asgi_application
 
 # Sets up Django (apps, settings) before anything imports models.
@@ -22,6 +21,7 @@ _django_asgi = get_asgi_application()
 
 from config.env import env_int  # noqa: E402
 from config.wsgi import application as wsgi_application  # noqa: E402
+from config.wsgi_bridge import CoalescingWSGIMiddleware  # noqa: E402
 
 # Threads per process serving the REST API: each holds at most one database connection.
 WSGI_THREADS = env_int("WSGI_THREADS", 16)
@@ -32,7 +32,7 @@ WSGI_THREADS = env_int("WSGI_THREADS", 16)
 # 29/34 ms at 1 ms (p50 21 vs 19 ms). Set GIL_SWITCH_INTERVAL_MS=5 for Python's default.
 sys.setswitchinterval(env_int("GIL_SWITCH_INTERVAL_MS", 1) / 1000)
 
-_rest_api = WSGIMiddleware(wsgi_application, workers=WSGI_THREADS)
+_rest_api = CoalescingWSGIMiddleware(wsgi_application, workers=WSGI_THREADS)
 
 # Paths served by ASGI-native (Channels) consumers; each is an ASGI app. The SSE stream registers here.
 _native_routes: dict[str, object] = {}

@@ -1,0 +1,240 @@
+"""The WSGI-in-ASGI bridge (config.wsgi_bridge): the messages the server gets, in order, for every response shape.
+
+The unit tests drive the ASGI app with plain WSGI apps; the live ones send real requests to the production stack
+(gunicorn + uvicorn worker + config.asgi), including the shapes that take a2wsgi's own path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from config.wsgi_bridge import PRELOAD_BODY_BYTES, CoalescingWSGIMiddleware, chunked_body_max_bytes
+
+
+def _run(app, *, body_messages: list[dict] | None = None, headers: list[tuple[bytes, bytes]] | None = None) -> tuple[list[dict], int]:
+    """One HTTP request through the bridge; returns the messages sent to the server and how many receive() calls
+    the application made."""
+    incoming = list(body_messages if body_messages is not None else [{"type": "http.request", "body": b""}])
+    sent: list[dict] = []
+    receives = 0
+
+    async def receive() -> dict:
+        nonlocal receives
+        receives += 1
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.sleep(3600)  # a real server's receive blocks until the client disconnects
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/x", "raw_path": b"/x", "query_string": b"", "root_path": "", "headers": headers or [],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+    }  # fmt: skip
+    bridge = CoalescingWSGIMiddleware(app, workers=4)
+    try:
+        asyncio.run(bridge(scope, receive, send))
+    finally:
+        bridge.executor.shutdown(wait=True)
+    return sent, receives
+
+
+class _Response(list):
+    """What Django's WSGIHandler returns: an iterable response object with ``streaming`` and ``close``."""
+
+    def __init__(self, chunks, *, streaming: bool) -> None:
+        super().__init__(chunks)
+        self.streaming = streaming
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def _echo_app(streaming: bool, chunks_out: list[bytes] | None = None, seen: dict | None = None):
+    def app(environ, start_response):
+        body = environ["wsgi.input"].read()
+        if seen is not None:
+            seen["body"] = body
+            seen["length"] = environ.get("CONTENT_LENGTH")
+        start_response("201 Created", [("Content-Type", "text/plain"), ("X-Len", str(len(body)))])
+        response = _Response(chunks_out if chunks_out is not None else [body], streaming=streaming)
+        if seen is not None:
+            seen["response"] = response
+        return response
+
+    return app
+
+
+def _length(n: int) -> list[tuple[bytes, bytes]]:
+    return [(b"content-length", str(n).encode())]
+
+
+def test_an_in_memory_response_goes_out_as_start_then_one_final_body() -> None:
+    seen: dict = {}
+    sent, receives = _run(
+        _echo_app(False, seen=seen),
+        body_messages=[{"type": "http.request", "body": b"hel", "more_body": True}, {"type": "http.request", "body": b"lo"}],
+        headers=_length(5),
+    )
+    assert sent == [
+        {"type": "http.response.start", "status": 201, "headers": [(b"content-type", b"text/plain"), (b"x-len", b"5")]},
+        {"type": "http.response.body", "body": b"hello"},
+    ]
+    assert seen["body"] == b"hello"
+    assert receives == 2  # both body messages read on the loop, none by the request thread
+    assert seen["response"].closed.is_set()
+
+
+def test_a_streaming_response_is_sent_chunk_by_chunk_and_ends_with_an_empty_body() -> None:
+    sent, _ = _run(_echo_app(True, chunks_out=[b"a", b"b"]), headers=_length(0))
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "http.response.body", "http.response.body"]
+    assert [m.get("body") for m in sent[1:]] == [b"a", b"b", b""]
+    assert [m.get("more_body", False) for m in sent[1:]] == [True, True, False]
+
+
+def test_an_empty_streaming_response_still_starts_before_it_ends() -> None:
+    sent, _ = _run(_echo_app(True, chunks_out=[]), headers=_length(0))
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[1]["body"] == b""
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param(_length(PRELOAD_BODY_BYTES + 1), id="larger-than-preload"),
+        pytest.param([(b"content-length", b"nonsense")], id="malformed-length"),
+    ],
+)
+def test_bodies_not_preloaded_are_read_by_the_request_thread_in_full(headers) -> None:
+    payload = b"x" * (PRELOAD_BODY_BYTES + 1)
+    half = len(payload) // 2
+    seen: dict = {}
+    sent, receives = _run(
+        _echo_app(False, seen=seen),
+        body_messages=[
+            {"type": "http.request", "body": payload[:half], "more_body": True},
+            {"type": "http.request", "body": payload[half:]},
+        ],
+        headers=headers,
+    )
+    assert seen["body"] == payload
+    assert receives == 2
+    assert sent[0]["status"] == 201
+    assert b"".join(m.get("body", b"") for m in sent[1:]) == payload
+
+
+def test_a_chunked_body_arrives_whole_with_the_length_it_turned_out_to_have() -> None:
+    seen: dict = {}
+    _, receives = _run(
+        _echo_app(False, seen=seen),
+        body_messages=[{"type": "http.request", "body": b"abc", "more_body": True}, {"type": "http.request", "body": b"de"}],
+        headers=[(b"transfer-encoding", b"chunked")],
+    )
+    assert seen["body"] == b"abcde"
+    assert seen["length"] == "5"  # Django reads exactly CONTENT_LENGTH bytes: without it the body would be lost
+    assert receives == 2
+
+
+def test_a_chunked_body_past_every_limit_is_cut_one_byte_past_it(settings) -> None:
+    """The application then refuses it as too large (its own 413), and the bridge never holds more than that."""
+    settings.REQUEST_MAX_BODY_BYTES = 100
+    settings.ATTACHMENT_MAX_BYTES = 10
+    limit = chunked_body_max_bytes()
+    seen: dict = {}
+    _run(
+        _echo_app(False, seen=seen),
+        body_messages=[{"type": "http.request", "body": b"z" * limit, "more_body": True}] * 3,
+        headers=[(b"transfer-encoding", b"chunked")],
+    )
+    assert seen["length"] == str(limit + 1)
+    assert len(seen["body"]) == limit + 1
+
+
+def test_a_request_without_a_body_never_waits_for_one() -> None:
+    seen: dict = {}
+    sent, receives = _run(_echo_app(False, seen=seen), body_messages=[])  # receive() would block for an hour
+    assert seen["body"] == b""
+    assert receives == 0
+    assert sent[0]["status"] == 201
+
+
+def test_an_application_error_reaches_the_server_and_nothing_is_sent() -> None:
+    def app(environ, start_response):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        _run(app, headers=_length(0))
+
+
+# --- The live stack ------------------------------------------------------------------------------------------------
+
+
+def _request(live_service, method: str, path: str, body: bytes | None = None, headers: dict | None = None, *, chunked: bool = False):
+    host, port = live_service.base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(method, path, body=body if not chunked else iter([body[: len(body) // 2], body[len(body) // 2 :]]),
+                     headers=headers or {}, encode_chunked=chunked)  # fmt: skip
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("shape", ["small", "large", "chunked"])  # chunked: a 400 (empty body) before the bridge
+def test_writes_of_every_body_shape_land_over_the_live_stack(live_service, shape) -> None:
+    token = live_service.token("bob")
+    # "large" is past the preload limit: it takes a2wsgi's streaming body path.
+    text = "y" * (PRELOAD_BODY_BYTES + 1000 if shape == "large" else 100)
+    key = f"bridge-{shape}-{uuid.uuid4().hex[:8]}"
+    body = json.dumps({"namespace": ["user", "bob", "bridge"], "key": key, "value": {"text": text}}).encode()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    status, _, _ = _request(live_service, "PUT", "/v1/memories", body, headers, chunked=shape == "chunked")
+    assert status == 200
+    status, response_headers, payload = _request(
+        live_service, "GET", f"/v1/memories?ns=user&ns=bob&ns=bridge&key={key}", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert status == 200
+    assert json.loads(payload)["value"] == {"text": text}
+    assert response_headers["content-length"] == str(len(payload))
+    assert "x-request-id" in response_headers
+
+
+@pytest.mark.django_db(transaction=True)
+def test_32_concurrent_clients_each_get_their_own_response(live_service) -> None:
+    """Responses queued without waiting must never cross between requests: each client reads back its own key."""
+    token = live_service.token("bob")
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    run = uuid.uuid4().hex[:8]
+
+    def client(i: int) -> list[str]:
+        problems = []
+        for round_ in range(5):
+            key = f"c{i}-{round_}"
+            body = json.dumps({"namespace": ["user", "bob", f"bridge-{run}"], "key": key, "value": {"i": i, "r": round_}})
+            status, _, _ = _request(live_service, "PUT", "/v1/memories", body.encode(), headers)
+            if status != 200:
+                problems.append(f"PUT {key}: {status}")
+                continue
+            status, _, payload = _request(
+                live_service, "GET", f"/v1/memories?ns=user&ns=bob&ns=bridge-{run}&key={key}", headers=headers
+            )
+            if status != 200 or json.loads(payload)["value"] != {"i": i, "r": round_}:
+                problems.append(f"GET {key}: {status} {payload[:100]!r}")
+        return problems
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        problems = [p for result in pool.map(client, range(32)) for p in result]
+    assert problems == []
