@@ -661,13 +661,24 @@ class HttpWorker:
 
 
 def floor_connection(database_url: str, cursor_factory: Any = None) -> Any:
-    """A psycopg connection shaped like Django's: autocommit (Django's atomic() issues BEGIN/COMMIT), client-side
-    parameter binding (Django's default cursor for psycopg 3) and no prepared statements (Django's default)."""
+    """A psycopg connection shaped like the service's: autocommit (Django's atomic() issues BEGIN/COMMIT),
+    client-side parameter binding (Django's default cursor for psycopg 3), and prepared statements only where the
+    service prepares them (execute_prepared, as apps.core.db.prepared; config.env sets the same threshold)."""
     import psycopg
 
     return psycopg.connect(
-        database_url, autocommit=True, cursor_factory=cursor_factory or psycopg.ClientCursor, prepare_threshold=None
+        database_url, autocommit=True, cursor_factory=cursor_factory or psycopg.ClientCursor, prepare_threshold=2**31 - 1
     )
+
+
+def execute_prepared(conn: Any, sql: str, params: Sequence[Any]) -> Any:
+    """A statement the service runs through apps.core.db.prepared: bound server-side and prepared on first use."""
+    import psycopg
+
+    sink = getattr(conn.cursor_factory, "sink", None)
+    if sink is not None:
+        sink.append(psycopg.ClientCursor(conn).mogrify(sql, params))
+    return psycopg.Cursor(conn).execute(sql, params, prepare=True)
 
 
 class PgWorker:
@@ -703,10 +714,13 @@ def tracing_cursor_class(sink: list[str]) -> type:
     import psycopg
 
     class TracingCursor(psycopg.ClientCursor):  # type: ignore[type-arg]
+        sink = None  # set below; execute_prepared records into it too
+
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             sink.append(self.mogrify(query, params))
             return super().execute(query, params, **kwargs)
 
+    TracingCursor.sink = sink
     return TracingCursor
 
 

@@ -251,8 +251,8 @@ class Floor:
     def get(self, conn: Any, item: Item) -> Any:
         from apps.memories import selectors
 
-        # The service's own statement, run through psycopg alone.
-        return conn.cursor().execute(selectors.GET_MEMORY_SQL, [item.namespace, item.key, datetime.now(UTC)]).fetchone()
+        # The service's own statement, run through psycopg alone, prepared as the service runs it.
+        return h.execute_prepared(conn, selectors.GET_MEMORY_SQL, [item.namespace, item.key, datetime.now(UTC)]).fetchone()
 
     @staticmethod
     def scope_where(scope: Any, table: str, *, visible: bool) -> tuple[str, list[Any]]:

@@ -55,7 +55,9 @@ def database_from_url(url: str, conn_max_age: int) -> dict:
         "PASSWORD": params.pop("password", ""),
         "HOST": params.pop("host", ""),
         "PORT": params.pop("port", ""),
-        "OPTIONS": params,
+        # Only the statements apps.core.db.prepared runs are prepared (it passes prepare=True): psycopg's automatic
+        # preparing after N runs stays out of reach, and Django's default (None) would disable preparing entirely.
+        "OPTIONS": {"prepare_threshold": 2**31 - 1, **params},
         "CONN_MAX_AGE": conn_max_age,
         "CONN_HEALTH_CHECKS": True,
     }

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from apps.core import crypto, errors, pagination
 from apps.core.auth.principal import Principal
+from apps.core.db.prepared import prepared_cursor
 from apps.core.policy import get_engine, policy_context
 from apps.core.serializers import isoformat
 from apps.memories import filters
@@ -39,7 +40,7 @@ def memory_response(memory: Memory) -> dict:
     }
 
 
-# The hottest read: one statement on the partial unique index, without the ORM's query compilation.
+# The hottest read: one prepared statement on the partial unique index, without the ORM's query compilation.
 # Parameters: namespace, key, now. (bench/memories.py runs the same statement as its floor.)
 GET_MEMORY_SQL = (
     "SELECT id, value_ciphertext, attributes, created_at, expires_at FROM memories "
@@ -49,7 +50,7 @@ GET_MEMORY_SQL = (
 
 def get_memory(principal: Principal, *, namespace: list[str], key: str) -> dict:
     authorize(principal, "read", namespace, key)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(GET_MEMORY_SQL, [namespace, key, timezone.now()])
         row = cursor.fetchone()
     if row is None:

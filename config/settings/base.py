@@ -78,6 +78,8 @@ TEMPLATES = [
 # Databases: set by the environment module (embedded.py / production.py) from DATABASE_URL.
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 60)
+# The hot point statements run prepared (apps.core.db.prepared); false for a pooler that cannot keep them.
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
