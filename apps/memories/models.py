@@ -14,7 +14,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.fields.array import SliceTransform
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from pgvector.django import VectorField
 
 
@@ -119,10 +119,10 @@ class MemoryEvent(models.Model):
         indexes = [
             GinIndex(fields=["namespace"], name="memory_events_ns_gin"),
             models.Index(fields=["occurred_at"], name="memory_events_occurred"),
-            # The events page walks one owner's timeline in seq order: `namespace[1:2] = owner ORDER BY seq`
-            # (selectors.events_query). Migration 0004 also keeps statistics on namespace[1:n] (CREATE STATISTICS),
-            # so the planner knows how many events sit under a prefix instead of guessing 0.5%.
-            models.Index(SliceTransform(1, 2, "namespace"), "seq", name="memory_events_owner_seq"),
+            # The events page walks one owner's timeline in seq order: `namespace[1:2] = owner ORDER BY seq + 0`
+            # (selectors.events_query; `+ 0` so the primary key cannot serve that order). Migration 0004 also keeps
+            # statistics on namespace[1:n] (CREATE STATISTICS) for prefixes deeper than the owner.
+            models.Index(SliceTransform(1, 2, "namespace"), F("seq") + 0, name="memory_events_owner_seq"),
         ]
 
     def __str__(self) -> str:

@@ -5,8 +5,10 @@ on ``namespace[1:n]`` the planner guessed 0.5% of the rows for that equality, so
 table it believed a few dozen events matched and chose a bitmap scan of the GIN index plus a sort of all of them
 (20-60 ms at 17k events, and the choice flipped with each ANALYZE). Now:
 
-* ``memory_events_owner_seq`` on ``(namespace[1:2], seq)``: the page for a user's subtree (what filter.rego
-  narrows a user to) is one ordered index walk that stops after ``limit`` rows, whatever the statistics say;
+* ``memory_events_owner_seq`` on ``(namespace[1:2], seq + 0)``: the page for a user's subtree (what filter.rego
+  narrows a user to) is one ordered index walk that stops after ``limit`` rows. The query orders by ``seq + 0``
+  too, an order the primary key cannot give: walking the primary key and filtering, the planner's other ordered
+  plan, reads every other owner's events between two of this owner's;
 * ``memory_events_ns_depth``: expression statistics on ``namespace[1:n]`` for the deeper prefixes, so the planner
   chooses between walking that index (prefix holds many events) and the GIN bitmap (few) from real row counts.
 
@@ -34,7 +36,7 @@ class Migration(migrations.Migration):
             model_name="memoryevent",
             index=models.Index(
                 django.contrib.postgres.fields.array.SliceTransform(1, 2, "namespace"),
-                models.F("seq"),
+                models.F("seq") + 0,
                 name="memory_events_owner_seq",
             ),
         ),
