@@ -60,6 +60,8 @@ class Memory(models.Model):
         ]
         indexes = [
             # Prefix matching is `namespace @> prefix AND namespace[1:n] = prefix`: segment-exact, GIN-backed.
+            # Migration 0005 keeps statistics on namespace[1:n] (CREATE STATISTICS) so the planner can tell how
+            # many memories sit under a prefix.
             GinIndex(fields=["namespace"], name="memories_active_ns_gin", condition=Q(state="active")),
             GinIndex(
                 fields=["attributes"],
