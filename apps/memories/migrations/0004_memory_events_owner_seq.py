@@ -2,15 +2,16 @@
 
 ``list_events`` asks ``namespace @> prefix AND namespace[1:n] = prefix ORDER BY seq LIMIT 50``. With no statistics
 on ``namespace[1:n]`` the planner guessed 0.5% of the rows for that equality, so for a user holding most of the
-table it believed a few dozen events matched and chose a bitmap scan of the GIN index plus a sort of all of them
-(20-60 ms at 17k events, and the choice flipped with each ANALYZE). Now:
+table it believed a few dozen events matched and sorted all of them after a bitmap scan of the GIN index or a
+sequential scan (17-70 ms EXPLAIN ANALYZE for 17k events; the plan flipped with each ANALYZE). Now:
 
 * ``memory_events_owner_seq`` on ``(namespace[1:2], seq + 0)``: the page for a user's subtree (what filter.rego
   narrows a user to) is one ordered index walk that stops after ``limit`` rows. The query orders by ``seq + 0``
   too, an order the primary key cannot give: walking the primary key and filtering, the planner's other ordered
   plan, reads every other owner's events between two of this owner's;
 * ``memory_events_ns_depth``: expression statistics on ``namespace[1:n]`` for the deeper prefixes, so the planner
-  chooses between walking that index (prefix holds many events) and the GIN bitmap (few) from real row counts.
+  chooses between walking that index (prefix holds many events) and the GIN bitmap (few) knowing roughly how many
+  events the prefix holds (it still multiplies in the ``@>`` clause's own estimate, so it undercounts).
 
 Plain CREATE INDEX: it runs on an existing database (the table is locked against writes while it builds).
 """
