@@ -255,14 +255,12 @@ class Floor:
         return h.execute_prepared(conn, selectors.GET_MEMORY_SQL, [item.namespace, item.key, datetime.now(UTC)]).fetchone()
 
     @staticmethod
-    def scope_where(scope: Any, table: str, *, visible: bool) -> tuple[str, list[Any]]:
-        """selectors._visible_where (visible=True) or the events WHERE (prefix + attribute filter)."""
+    def scope_where(scope: Any, table: str) -> tuple[str, list[Any]]:
+        """selectors._visible_where."""
         from apps.memories import filters
 
         prefix_sql, prefix_params = filters.namespace_prefix_sql(scope.namespace_prefix, f"{table}.namespace")
         filter_sql, filter_params = filters.to_sql(scope.attribute_filter, f"{table}.attributes")
-        if not visible:
-            return f"{prefix_sql} AND {filter_sql}", [*prefix_params, *filter_params]
         sql = (
             f"{table}.state = 'active' AND ({table}.expires_at IS NULL OR {table}.expires_at > %s) "
             f"AND {prefix_sql} AND {filter_sql}"
@@ -270,7 +268,7 @@ class Floor:
         return sql, [datetime.now(UTC), *prefix_params, *filter_params]
 
     def search(self, conn: Any, scope: Any, limit: int = 10) -> list[Any]:
-        where, params = self.scope_where(scope, "m", visible=True)
+        where, params = self.scope_where(scope, "m")
         return conn.cursor().execute(
             "SELECT m.id, m.namespace, m.key, m.value_ciphertext, m.attributes, m.created_at "
             f"FROM memories m WHERE {where} ORDER BY m.created_at DESC, m.id DESC LIMIT %s OFFSET %s",
@@ -285,12 +283,11 @@ class Floor:
         return conn.cursor().execute(sql, params).fetchall()
 
     def events(self, conn: Any, scope: Any, after_seq: int, limit: int = 50) -> list[Any]:
-        where, params = self.scope_where(scope, "e", visible=False)
-        return conn.cursor().execute(
-            "SELECT e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes "
-            f"FROM memory_events e WHERE {where} AND e.seq > %s ORDER BY e.seq LIMIT %s",
-            [*params, after_seq, limit],
-        ).fetchall()
+        from apps.memories import selectors
+
+        # The service's own page statement, run through psycopg alone.
+        sql, params = selectors.events_query(scope, after_seq=after_seq, limit=limit)
+        return conn.cursor().execute(sql, params).fetchall()
 
 
 def bulk_insert_targets(

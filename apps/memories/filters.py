@@ -199,6 +199,26 @@ def namespace_prefix_sql(prefix: list[str], column: str) -> tuple[str, list[Any]
     )
 
 
+OWNER_DEPTH = 2  # ["user", <id>]: the subtree filter.rego confines a user to
+
+
+def owner_prefix_sql(prefix: list[str], column: str) -> tuple[str, list[Any]]:
+    """The same match as ``namespace_prefix_sql``, led by ``column[1:2] = owner`` for an index on that expression.
+
+    For a prefix of exactly two segments the equality is the whole test: no ``@>``, whose estimate, multiplied by
+    the equality's, would make the planner believe almost nothing matches and sort a whole subtree instead of
+    walking the index. A deeper prefix adds the GIN-backed match, for prefixes holding few rows.
+    """
+    if len(prefix) < OWNER_DEPTH:
+        return namespace_prefix_sql(prefix, column)
+    # [1:2] is written out, not bound: the planner matches an index expression only against constants.
+    owner_sql, owner_params = f"{column}[1:{OWNER_DEPTH}] = %s::text[]", [list(prefix[:OWNER_DEPTH])]
+    if len(prefix) == OWNER_DEPTH:
+        return owner_sql, owner_params
+    deeper_sql, deeper_params = namespace_prefix_sql(prefix, column)
+    return f"({owner_sql} AND {deeper_sql})", [*owner_params, *deeper_params]
+
+
 def namespace_suffix_sql(suffix: list[str], column: str) -> tuple[str, list[Any]]:
     if not suffix:
         return "TRUE", []

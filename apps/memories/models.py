@@ -11,9 +11,10 @@ from __future__ import annotations
 import uuid
 
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.fields.array import SliceTransform
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from pgvector.django import VectorField
 
 
@@ -59,6 +60,8 @@ class Memory(models.Model):
         ]
         indexes = [
             # Prefix matching is `namespace @> prefix AND namespace[1:n] = prefix`: segment-exact, GIN-backed.
+            # Migration 0005 keeps statistics on namespace[1:n] (CREATE STATISTICS) so the planner can tell how
+            # many memories sit under a prefix.
             GinIndex(fields=["namespace"], name="memories_active_ns_gin", condition=Q(state="active")),
             GinIndex(
                 fields=["attributes"],
@@ -118,6 +121,10 @@ class MemoryEvent(models.Model):
         indexes = [
             GinIndex(fields=["namespace"], name="memory_events_ns_gin"),
             models.Index(fields=["occurred_at"], name="memory_events_occurred"),
+            # The events page walks one owner's timeline in seq order: `namespace[1:2] = owner ORDER BY seq + 0`
+            # (selectors.events_query; `+ 0` so the primary key cannot serve that order). Migration 0004 also keeps
+            # statistics on namespace[1:n] (CREATE STATISTICS) for prefixes deeper than the owner.
+            models.Index(SliceTransform(1, 2, "namespace"), F("seq") + 0, name="memory_events_owner_seq"),
         ]
 
     def __str__(self) -> str:

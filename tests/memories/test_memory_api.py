@@ -340,6 +340,31 @@ def test_events_filter_by_namespace_prefix(bob):
     assert event_kinds(bob, ns=["user", "bob", "b"]) == [("add", "k2")]
 
 
+def test_events_prefix_matches_whole_segments_in_commit_order(bob):
+    # Interleaved writes under sibling namespaces whose names share leading characters, and one a level deeper:
+    # a prefix selects whole segments, at any depth, and keeps the timeline's order.
+    put_ok(bob, ["user", "bob", "a"], "k1")
+    put_ok(bob, ["user", "bob", "ab"], "k2")
+    put_ok(bob, ["user", "bob", "a", "x"], "k3")
+    put_ok(bob, ["user", "bob", "b", "a"], "k4")
+    put_ok(bob, ["user", "bob", "a"], "k5")
+
+    assert event_kinds(bob, ns=["user", "bob", "a"]) == [("add", "k1"), ("add", "k3"), ("add", "k5")]
+    assert event_kinds(bob, ns=["user", "bob", "a", "x"]) == [("add", "k3")]
+    assert event_kinds(bob, ns=["user", "bob", "ab"]) == [("add", "k2")]
+    assert event_kinds(bob, ns=["user", "bob", "b"]) == [("add", "k4")]
+    assert event_kinds(bob, ns=["user", "bob", "a", "x", "y"]) == []
+    # Paging a deeper prefix one event at a time with the cursor visits the same events in the same order.
+    seen, cursor = [], None
+    while True:
+        page = events(bob, ns=["user", "bob", "a"], limit=1, **({"after_cursor": cursor} if cursor else {}))
+        if not page["events"]:
+            break
+        seen.append(page["events"][0]["key"])
+        cursor = page["after_cursor"]
+    assert seen == ["k1", "k3", "k5"]
+
+
 @pytest.fixture
 def bob_lifecycle(bob):
     put_ok(bob, NS, "k1")

@@ -12,6 +12,7 @@ from tests.memories.conftest import (
     counts,
     delete,
     event_kinds,
+    events,
     get,
     namespaces,
     put,
@@ -150,6 +151,22 @@ def test_admin_events_keep_the_requested_prefix(alice, two_users):
 
     assert event_kinds(alice, ns=["user", "bob"]) == [("add", "b1"), ("add", "b2")]
     assert event_kinds(alice) == [("add", "a1"), ("add", "b1"), ("add", "b2"), ("delete", "a1")]
+
+
+def test_events_of_one_owner_exclude_owners_whose_names_extend_it(alice, bob, client_for, two_users):
+    bobby = client_for("bobby")
+    put_ok(bobby, ["user", "bobby", "notes"], "y1")
+    put_ok(bob, ["user", "bob", "notes"], "b3")
+
+    assert event_kinds(bob) == [("add", "b1"), ("add", "b2"), ("add", "b3")]
+    assert event_kinds(bobby) == [("add", "y1")]
+    assert event_kinds(alice, ns=["user", "bob"]) == [("add", "b1"), ("add", "b2"), ("add", "b3")]
+    assert event_kinds(alice, ns=["user", "bo"]) == []
+    assert event_kinds(alice, ns=["user"]) == [("add", "a1"), ("add", "b1"), ("add", "b2"), ("add", "y1"), ("add", "b3")]
+    # Paging one owner's timeline past another owner's events in between, with the cursor.
+    first = events(alice, ns=["user", "bob"], limit=2)
+    rest = events(alice, ns=["user", "bob"], limit=2, after_cursor=first["after_cursor"])
+    assert [e["key"] for e in first["events"] + rest["events"]] == ["b1", "b2", "b3"]
 
 
 def test_user_sees_own_delete_events(bob, two_users):
