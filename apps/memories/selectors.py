@@ -6,11 +6,11 @@ attribute_filter is ANDed with the caller's. Values are decrypted only for the r
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.db import connection
 from django.utils import timezone
 
@@ -25,7 +25,8 @@ from apps.memories.services import EVENT_VALUE_PURPOSE, VALUE_PURPOSE, authorize
 
 
 def decrypt_value(ciphertext: bytes | memoryview, purpose: str, row_id: Any) -> dict:
-    return json.loads(crypto.decrypt(bytes(ciphertext), purpose=purpose, row_id=str(row_id)))
+    # orjson: a page of 50 events decodes 100 documents (values and attributes), 3-4x faster than json.loads.
+    return orjson.loads(crypto.decrypt(bytes(ciphertext), purpose=purpose, row_id=str(row_id)))
 
 
 def memory_response(memory: Memory) -> dict:
@@ -133,7 +134,7 @@ def search_by_attributes(principal: Principal, *, namespace_prefix: list[str], f
 
 def _json(value: Any) -> Any:
     # psycopg returns jsonb already decoded; a raw cursor over Django's connection does too, but be explicit.
-    return json.loads(value) if isinstance(value, str) else value
+    return orjson.loads(value) if isinstance(value, str) else value
 
 
 def namespaces_query(scope: Scope, suffix: list[str], max_depth: int | None) -> tuple[str, list[Any]]:

@@ -110,7 +110,7 @@ JSON_MAX_DEPTH = env_int("JSON_MAX_DEPTH", 64)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.core.auth.authentication.ServiceAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["apps.core.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["apps.core.parsers.JSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "apps.core.negotiation.ContentNegotiation",
     "EXCEPTION_HANDLER": "apps.core.errors.exception_handler",
