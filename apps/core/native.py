@@ -3,7 +3,9 @@
 Loading torch *after* regopy's librego_shared.so aborts the process ("double free or corruption") on the first
 model load; torch loaded first works. So whenever this process may embed with the local model, torch is imported
 before regopy. Reproduce with: evaluate a policy, then `import torch` (see tests/memories/test_semantic_search.py's
-real-model test, which runs after policy evaluation).
+real-model test, which runs after policy evaluation). The cause is the two C++ allocators described in
+``share_cxx_allocator``: with it, the reverse order no longer aborts either (checked by loading the model after
+policy evaluations), but the torch-first order stays.
 """
 
 from __future__ import annotations
@@ -36,6 +38,27 @@ def preload_before_regopy() -> None:
     if wants_local_model and importlib.util.find_spec("torch") is not None:
         torch_environment()
         import torch  # noqa: F401
+    share_cxx_allocator()
+
+
+def share_cxx_allocator() -> None:
+    """Make regopy's library allocate its C++ objects with the same operator new/delete as libstdc++.
+
+    librego_shared.so (regopy 1.5.2) exports its own operator new/delete (snmalloc) and also uses libstdc++.so.6.
+    When libstdc++ was loaded before it (numpy and torch load it, and both come first), libstdc++'s code allocates
+    with glibc while rego-cpp's frees with snmalloc, or the other way round: about 1 KB stayed allocated per policy
+    evaluation (every PUT evaluates twice, uncached), so a web worker grew by ~3.6 KB per PUT without end (issue
+    12). With libstdc++ in the global scope before librego is loaded, librego's operator new/delete resolve to
+    libstdc++'s, so there is one allocator. Reproduce: import numpy, then evaluate any policy in a loop and watch
+    RSS. Call before ``import regopy``; no effect where libstdc++.so.6 is missing (not glibc/GCC).
+    """
+    import ctypes
+    import os
+
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_GLOBAL)
+    except OSError:
+        logger.debug("libstdc++.so.6 not found; regopy keeps its own allocator")
 
 
 # glibc <malloc.h> mallopt parameters, with the environment variable glibc itself reads for each.
