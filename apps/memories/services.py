@@ -11,11 +11,10 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, F, Value, When
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from apps.core import crypto, errors
@@ -23,14 +22,17 @@ from apps.core.auth.principal import Principal
 from apps.core.policy import get_engine, policy_context
 from apps.memories.models import EventKind, IndexStatus, Memory, MemoryEvent, MemoryState
 
+if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper
+
 logger = logging.getLogger(__name__)
 
 VALUE_PURPOSE = "memory.value"
 EVENT_VALUE_PURPOSE = "memory_event.value"
 
-# Any constant works; it names the lock that orders event sequence numbers by commit (see _append_event).
+# Any constant works; it names the lock that orders event sequence numbers by commit (see _append_events).
 _EVENT_ORDER_LOCK = 0x6D656D6F  # "memo"
-# The class half of the two-int advisory locks that serialise writers per address (see _lock_address). The two-int
+# The class half of the two-int advisory locks that serialise writers per address (see _ADDRESS_LOCK_SQL). The two-int
 # key space never overlaps the single-bigint one _EVENT_ORDER_LOCK lives in.
 _ADDRESS_LOCK_CLASS = 0x61646472  # "addr"
 
@@ -46,8 +48,93 @@ def authorize(principal: Principal, operation: str, namespace: list[str], key: s
 
 @dataclass(frozen=True)
 class WriteResult:
-    memory: Memory
+    """The version a PUT wrote (its response, without the value) and the event kind it recorded."""
+
+    id: uuid.UUID
+    namespace: list[str]
+    key: str
+    attributes: dict
+    created_at: datetime
+    expires_at: datetime | None
     kind: str
+
+
+# --- The write path's SQL -------------------------------------------------------------------------------------------
+#
+# Raw statements, not the ORM: building and compiling four ORM statements was ~40% of a PUT's CPU. Each write is at
+# most four round trips: BEGIN; the address lock with the statement that closes (and for a PUT also inserts) a
+# version; the event-order lock with the event insert; COMMIT. Each pair travels as one simple-protocol query
+# (client-side binding, Django's default for psycopg 3), and under READ COMMITTED each statement of such a query
+# takes its own snapshot, so the one after the lock sees what the lock's previous holder committed.
+# bench/memories.py runs these same statements as its floor.
+
+# Serialises every writer and deleter of one (namespace, key) until the transaction ends; always the transaction's
+# first statement. Row locks alone cannot do it: when no active version exists there is no row to lock, so two
+# writers would both insert and one would hit the one-active-version unique index (a 500). The advisory lock exists
+# before the row does. Taken first, before any row lock, and each statement after it reads a fresh READ COMMITTED
+# snapshot, so a writer that waited sees the version its predecessor committed. A hash collision between two
+# addresses only makes them wait for each other.
+_ADDRESS_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(address)s))"
+
+
+def _close_sql(where: str) -> str:
+    """End the active versions matching ``where``: already past their expiry they become expired (the sweep's job
+    done late), otherwise %(closed_state)s. One still waiting for the indexer will never need vectors; one that has
+    vectors keeps index_status=indexed, which is how the indexer finds vectors to remove on its next cycle. Returns
+    what the events need: id, the state written and the attributes (as JSON text, passed back as is)."""
+    return (
+        "UPDATE memories SET state = CASE WHEN expires_at <= %(now)s THEN 'expired' ELSE %(closed_state)s END, "  # noqa: S608
+        "ended_at = %(now)s, index_status = CASE WHEN index_status = 'pending' THEN 'removed' ELSE index_status END "
+        f"WHERE {where} RETURNING id, state, attributes::text"
+    )
+
+
+_CLOSE_ACTIVE_SQL = _close_sql("namespace = %(namespace)s::text[] AND key = %(key)s AND state = 'active'")
+_CLOSE_IDS_SQL = _close_sql("id = ANY(%(ids)s::uuid[])")
+
+# PUT: close the active version and insert the new one in one statement. The INSERT reads the UPDATE's output
+# (count(*) consumes all of it), so the old version has left the partial unique index before the new one enters.
+PUT_VERSION_SQL = (
+    f"{_ADDRESS_LOCK_SQL}; WITH closed AS ({_CLOSE_ACTIVE_SQL}), inserted AS ("  # noqa: S608
+    "INSERT INTO memories (id, namespace, key, value_ciphertext, attributes, indexed_content, created_at, expires_at, "
+    "state, index_status, index_attempts) SELECT %(id)s, %(namespace)s::text[], %(key)s, %(value)s, "
+    "%(attributes)s::jsonb, %(indexed_content)s::jsonb, %(now)s, %(expires_at)s, 'active', %(index_status)s, 0 "
+    "FROM (SELECT count(*) FROM closed) AS after_close"
+    ") SELECT id, state, attributes FROM closed"
+)
+DELETE_VERSION_SQL = f"{_ADDRESS_LOCK_SQL}; {_CLOSE_ACTIVE_SQL}"
+
+_EVENT_COLUMNS = "id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, attributes"
+# occurred_at is taken under the event-order lock too, so it never runs backwards along the sequence.
+_EVENT_ROW = "(%s, %s, %s::text[], %s, %s, clock_timestamp(), %s, %s::jsonb)"
+
+
+def events_sql(count: int) -> str:
+    """The event-order lock and the insert of ``count`` events (parameters: the lock key, then each EventRow)."""
+    return (
+        f"SELECT pg_advisory_xact_lock(%s); INSERT INTO memory_events ({_EVENT_COLUMNS}) VALUES "  # noqa: S608
+        + ", ".join([_EVENT_ROW] * count)
+    )
+
+
+class EventRow(NamedTuple):
+    """One event's parameters, in _EVENT_ROW order."""
+
+    id: uuid.UUID
+    memory_id: uuid.UUID
+    namespace: list[str]
+    key: str
+    kind: str
+    value_ciphertext: bytes | None
+    attributes_json: str | None
+
+
+def address_lock_params(namespace: list[str], key: str) -> dict:
+    """Parameters of _ADDRESS_LOCK_SQL."""
+    return {
+        "lock_class": _ADDRESS_LOCK_CLASS,
+        "address": json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False),
+    }
 
 
 def put_memory(
@@ -59,6 +146,7 @@ def put_memory(
     index: dict[str, str] | None = None,
     ttl_seconds: int | None = None,
 ) -> WriteResult:
+    """Write a new version at (namespace, key) and close the previous one, in one transaction with its event."""
     serialized = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
     if len(serialized) > settings.MEMORY_MAX_VALUE_BYTES:
         raise errors.payload_too_large(f"value exceeds {settings.MEMORY_MAX_VALUE_BYTES} bytes serialized")
@@ -68,134 +156,81 @@ def put_memory(
         {"namespace": namespace, "key": key, "value": value, "index": index, "context": policy_context(principal)}
     )
 
-    with transaction.atomic():
-        _lock_address(namespace, key)
-        return _write_version(namespace, key, serialized, attributes, index, ttl_seconds)
-
-
-def _write_version(
-    namespace: list[str],
-    key: str,
-    serialized_value: bytes,
-    attributes: dict,
-    index: dict[str, str],
-    ttl_seconds: int | None,
-) -> WriteResult:
+    # Everything that does not depend on the previous version is computed before the locks are taken.
     now = timezone.now()
-    previous = _lock_active_version(namespace, key)
-    kind = EventKind.ADD
-    if previous is not None:
-        if previous.expires_at is not None and previous.expires_at <= now:
-            # Already invisible to readers: record the expiry the sweep would have, then this is a new record.
-            _close_versions([previous.id], MemoryState.EXPIRED, now)
-            _append_event(previous, EventKind.EXPIRED, namespace, key)
-        else:
-            _close_versions([previous.id], MemoryState.SUPERSEDED, now)
-            kind = EventKind.UPDATE
+    version_id, event_id = uuid.uuid4(), uuid.uuid4()
+    attributes_json = json.dumps(attributes)
+    expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds else None
+    params = {
+        **address_lock_params(namespace, key),
+        "now": now,
+        "closed_state": MemoryState.SUPERSEDED,
+        "namespace": namespace,
+        "key": key,
+        "id": version_id,
+        "value": crypto.encrypt(serialized, purpose=VALUE_PURPOSE, row_id=str(version_id)),
+        "attributes": attributes_json,
+        "indexed_content": json.dumps(index) if index else None,
+        "expires_at": expires_at,
+        "index_status": IndexStatus.PENDING if index else IndexStatus.NONE,
+    }
+    event_value = crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id))
 
-    version_id = uuid.uuid4()
-    memory = Memory.objects.create(
-        id=version_id,
-        namespace=namespace,
-        key=key,
-        value_ciphertext=crypto.encrypt(serialized_value, purpose=VALUE_PURPOSE, row_id=str(version_id)),
-        attributes=attributes,
-        indexed_content=index or None,
-        created_at=now,
-        expires_at=now + timedelta(seconds=ttl_seconds) if ttl_seconds else None,
-        state=MemoryState.ACTIVE,
-        index_status=IndexStatus.PENDING if index else IndexStatus.NONE,
-    )
-    _append_event(memory, kind, namespace, key, serialized_value=serialized_value)
-    if index:
-        transaction.on_commit(_enqueue_indexing)
-    return WriteResult(memory, kind)
-
-
-def _lock_address(namespace: list[str], key: str) -> None:
-    """Serialise every writer and deleter of one (namespace, key) until the transaction ends.
-
-    Row locks alone cannot do it: when no active version exists there is no row to lock, so two writers would both
-    insert and one would hit the one-active-version unique index (a 500). The advisory lock exists before the row
-    does. Taken first, before any row lock, and each statement after it reads a fresh READ COMMITTED snapshot, so a
-    writer that waited sees the version its predecessor committed. A hash collision between two addresses only
-    makes them wait for each other.
-    """
-    address = json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_ADDRESS_LOCK_CLASS, address])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(PUT_VERSION_SQL, params)
+        cursor.nextset()
+        previous = cursor.fetchone()
+        kind = EventKind.ADD
+        events = []
+        if previous is not None:
+            previous_id, previous_state, previous_attributes = previous
+            if previous_state == MemoryState.EXPIRED:
+                # It was already invisible to readers: record the expiry the sweep would have; this is a new record.
+                events.append(
+                    EventRow(uuid.uuid4(), previous_id, namespace, key, EventKind.EXPIRED, None, previous_attributes)
+                )
+            else:
+                kind = EventKind.UPDATE
+        events.append(EventRow(event_id, version_id, namespace, key, kind, event_value, attributes_json))
+        _append_events(cursor, events)
+        if index:
+            transaction.on_commit(_enqueue_indexing)
+    return WriteResult(version_id, namespace, key, attributes, now, expires_at, kind)
 
 
-def _lock_active_version(namespace: list[str], key: str) -> Memory | None:
-    """The active version at the address, row-locked until the transaction ends (None when there is none)."""
-    return (
-        Memory.objects.select_for_update()
-        .filter(namespace=namespace, key=key, state=MemoryState.ACTIVE)
-        .only("id", "expires_at", "attributes")
-        .first()
-    )
-
-
-def _close_versions(ids: list, state: str, now: datetime) -> None:
-    """End versions. One still waiting for the indexer will never need vectors; one that has vectors keeps
-    index_status=indexed, which is how the indexer finds vectors to remove on its next cycle."""
-    Memory.objects.filter(id__in=ids).update(
-        state=state,
-        ended_at=now,
-        index_status=Case(
-            When(index_status=IndexStatus.PENDING, then=Value(IndexStatus.REMOVED)), default=F("index_status")
-        ),
-    )
-
-
-def _append_event(
-    memory: Memory,
-    kind: str,
-    namespace: list[str],
-    key: str,
-    *,
-    serialized_value: bytes | None = None,
-) -> MemoryEvent:
-    """Append the timeline event as the transaction's last statement.
+def _append_events(cursor: CursorWrapper, events: list[EventRow]) -> None:
+    """Append timeline events as the transaction's last statement.
 
     The transaction-level advisory lock is held from here to commit, so events take their sequence numbers in
-    commit order: a reader paging by seq cannot pass an event that commits later with a smaller number.
+    commit order: a reader paging by seq cannot pass an event that commits later with a smaller number. Events of
+    one call take their numbers in list order.
     """
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_EVENT_ORDER_LOCK])
-    event_id = uuid.uuid4()
-    ciphertext = None
-    if serialized_value is not None:
-        ciphertext = crypto.encrypt(serialized_value, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id))
-    return MemoryEvent.objects.create(
-        id=event_id,
-        memory_id=memory.id,
-        namespace=namespace,
-        key=key,
-        kind=kind,
-        # Taken under the lock too, so occurred_at never runs backwards along the sequence.
-        occurred_at=RawSQL("clock_timestamp()", []),
-        value_ciphertext=ciphertext,
-        attributes=memory.attributes,
-    )
+    cursor.execute(events_sql(len(events)), [_EVENT_ORDER_LOCK, *(param for event in events for param in event)])
 
 
 def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bool:
-    """Idempotent (D4): 204 whenever authorized; an event only when an active record was deleted."""
+    """Idempotent (D4): 204 whenever authorized; an event only when an active record was deleted.
+
+    Same transaction shape and address lock as put_memory."""
     authorize(principal, "delete", namespace, key)
-    with transaction.atomic():
-        _lock_address(namespace, key)
-        now = timezone.now()
-        current = _lock_active_version(namespace, key)
+    params = {
+        **address_lock_params(namespace, key),
+        "now": timezone.now(),
+        "closed_state": MemoryState.DELETED,
+        "namespace": namespace,
+        "key": key,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(DELETE_VERSION_SQL, params)
+        cursor.nextset()
+        current = cursor.fetchone()
         if current is None:
             return False
-        if current.expires_at is not None and current.expires_at <= now:
-            _close_versions([current.id], MemoryState.EXPIRED, now)
-            _append_event(current, EventKind.EXPIRED, namespace, key)
-            return False
-        _close_versions([current.id], MemoryState.DELETED, now)
-        _append_event(current, EventKind.DELETE, namespace, key)
-        return True
+        current_id, current_state, current_attributes = current
+        # Already past its expiry, it was invisible: record the expiry the sweep would have, not a delete.
+        kind = EventKind.EXPIRED if current_state == MemoryState.EXPIRED else EventKind.DELETE
+        _append_events(cursor, [EventRow(uuid.uuid4(), current_id, namespace, key, kind, None, current_attributes)])
+        return kind == EventKind.DELETE
 
 
 def expire_due_memories(batch_size: int | None = None) -> int:
@@ -213,14 +248,22 @@ def expire_due_memories(batch_size: int | None = None) -> int:
                 Memory.objects.select_for_update(skip_locked=True)
                 .filter(state=MemoryState.ACTIVE, expires_at__lte=now)
                 .order_by("expires_at")
-                .only("id", "namespace", "key", "attributes")[:batch_size]
+                .only("id", "namespace", "key")[:batch_size]
             )
             if not due:
                 return total
-            ids = [memory.id for memory in due]
-            _close_versions(ids, MemoryState.EXPIRED, now)
-            for memory in due:
-                _append_event(memory, EventKind.EXPIRED, memory.namespace, memory.key)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _CLOSE_IDS_SQL, {"now": now, "closed_state": MemoryState.EXPIRED, "ids": [row.id for row in due]}
+                )
+                closed = {row[0]: row[2] for row in cursor.fetchall()}
+                _append_events(
+                    cursor,
+                    [
+                        EventRow(uuid.uuid4(), row.id, row.namespace, row.key, EventKind.EXPIRED, None, closed[row.id])
+                        for row in due
+                    ],
+                )
             total += len(due)
         if len(due) < batch_size:
             return total
