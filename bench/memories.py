@@ -164,60 +164,33 @@ class Floor:
     def put(self, conn: Any, item: Item, size: int) -> None:
         from apps.memories import services
 
-        # services.put_memory: address lock + close/insert, then event-order lock + event insert. The floor never
-        # holds expired versions, so the closed version (if any) always makes this an update.
-        now = datetime.now(UTC)
-        version_id = uuid.uuid4()
-        attributes = json.dumps(self.attributes)
-        with conn.transaction():
-            cur = conn.cursor()
-            cur.execute(
-                services.PUT_VERSION_SQL,
-                {
-                    **services.address_lock_params(item.namespace, item.key),
-                    "now": now,
-                    "closed_state": "superseded",
-                    "namespace": item.namespace,
-                    "key": item.key,
-                    "id": version_id,
-                    "value": os.urandom(size),
-                    "attributes": attributes,
-                    "indexed_content": None,
-                    "expires_at": None,
-                    "index_status": "none",
-                },
-            )
-            cur.nextset()
-            kind = "add" if cur.fetchone() is None else "update"
-            cur.execute(
-                services.events_sql(1),
-                [self.event_lock, uuid.uuid4(), version_id, item.namespace, item.key, kind, os.urandom(size), attributes],
-            )
+        # services.put_memory: one query (address lock; close + insert + event), one implicit transaction.
+        version_id, event_id = uuid.uuid4(), uuid.uuid4()
+        params = {
+            **services.write_params(item.namespace, item.key, datetime.now(UTC), "superseded"),
+            "id": version_id,
+            "value": os.urandom(size),
+            "attributes": json.dumps(self.attributes),
+            "indexed_content": None,
+            "expires_at": None,
+            "index_status": "none",
+            "event_id": event_id,
+            "event_value": os.urandom(size),
+        }
+        cur = conn.cursor()
+        cur.execute(services.PUT_SQL, params)
+        while cur.nextset():
+            pass
+        cur.fetchall()
 
     def delete(self, conn: Any, item: Item) -> None:
         from apps.memories import services
 
-        now = datetime.now(UTC)
-        with conn.transaction():
-            cur = conn.cursor()
-            cur.execute(
-                services.DELETE_VERSION_SQL,
-                {
-                    **services.address_lock_params(item.namespace, item.key),
-                    "now": now,
-                    "closed_state": "deleted",
-                    "namespace": item.namespace,
-                    "key": item.key,
-                },
-            )
-            cur.nextset()
-            row = cur.fetchone()
-            if row is None:
-                return
-            cur.execute(
-                services.events_sql(1),
-                [self.event_lock, uuid.uuid4(), row[0], item.namespace, item.key, "delete", None, row[2]],
-            )
+        cur = conn.cursor()
+        cur.execute(services.DELETE_SQL, services.write_params(item.namespace, item.key, datetime.now(UTC), "deleted"))
+        while cur.nextset():
+            pass
+        cur.fetchall()
 
     def get(self, conn: Any, item: Item) -> Any:
         from apps.memories import selectors

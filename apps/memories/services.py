@@ -11,7 +11,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -20,7 +20,7 @@ from django.utils import timezone
 from apps.core import crypto, errors
 from apps.core.auth.principal import Principal
 from apps.core.policy import get_engine, policy_context
-from apps.memories.models import EventKind, IndexStatus, Memory, MemoryEvent, MemoryState
+from apps.memories.models import EventKind, IndexStatus, MemoryEvent, MemoryState
 
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 VALUE_PURPOSE = "memory.value"
 EVENT_VALUE_PURPOSE = "memory_event.value"
 
-# Any constant works; it names the lock that orders event sequence numbers by commit (see _append_events).
+# Any constant works; it names the lock that orders event sequence numbers by commit (see _append_events_sql).
 _EVENT_ORDER_LOCK = 0x6D656D6F  # "memo"
 # The class half of the two-int advisory locks that serialise writers per address (see _ADDRESS_LOCK_SQL). The two-int
 # key space never overlaps the single-bigint one _EVENT_ORDER_LOCK lives in.
@@ -61,80 +61,109 @@ class WriteResult:
 
 # --- The write path's SQL -------------------------------------------------------------------------------------------
 #
-# Raw statements, not the ORM: building and compiling four ORM statements was ~40% of a PUT's CPU. Each write is at
-# most four round trips: BEGIN; the address lock with the statement that closes (and for a PUT also inserts) a
-# version; the event-order lock with the event insert; COMMIT. Each pair travels as one simple-protocol query
-# (client-side binding, Django's default for psycopg 3), and under READ COMMITTED each statement of such a query
-# takes its own snapshot, so the one after the lock sees what the lock's previous holder committed.
+# Each write is one query of raw SQL, so one round trip: building and compiling the four ORM statements it used to
+# send was ~40% of a PUT's CPU, and every round trip the web process waits on costs it CPU too. The query travels
+# over the simple protocol (client-side binding, Django's default for psycopg 3), where several statements in one
+# query run as one transaction (the implicit transaction block; inside a caller's atomic() they join that
+# transaction instead), and under READ COMMITTED each statement takes its own snapshot. A write is two statements:
+#
+# 1. The per-address advisory lock (_ADDRESS_LOCK_SQL), always first.
+# 2. One statement that closes the active version, inserts the new one (PUT), and appends the events last, under the
+#    event-order lock (_append_events_sql). It reads a fresh snapshot taken after the lock was granted.
+#
 # bench/memories.py runs these same statements as its floor.
 
-# Serialises every writer and deleter of one (namespace, key) until the transaction ends; always the transaction's
-# first statement. Row locks alone cannot do it: when no active version exists there is no row to lock, so two
-# writers would both insert and one would hit the one-active-version unique index (a 500). The advisory lock exists
-# before the row does. Taken first, before any row lock, and each statement after it reads a fresh READ COMMITTED
-# snapshot, so a writer that waited sees the version its predecessor committed. A hash collision between two
-# addresses only makes them wait for each other.
+# Serialises every writer and deleter of one (namespace, key) until the transaction ends. Row locks alone cannot do
+# it: when no active version exists there is no row to lock, so two writers would both insert and one would hit the
+# one-active-version unique index (a 500). The advisory lock exists before the row does. Taken first, before any row
+# lock, and each statement after it reads a fresh READ COMMITTED snapshot, so a writer that waited sees the version
+# its predecessor committed. A hash collision between two addresses only makes them wait for each other.
 _ADDRESS_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(address)s))"
 
 
 def _close_sql(where: str) -> str:
     """End the active versions matching ``where``: already past their expiry they become expired (the sweep's job
     done late), otherwise %(closed_state)s. One still waiting for the indexer will never need vectors; one that has
-    vectors keeps index_status=indexed, which is how the indexer finds vectors to remove on its next cycle. Returns
-    what the events need: id, the state written and the attributes (as JSON text, passed back as is)."""
+    vectors keeps index_status=indexed, which is how the indexer finds vectors to remove on its next cycle."""
     return (
         "UPDATE memories SET state = CASE WHEN expires_at <= %(now)s THEN 'expired' ELSE %(closed_state)s END, "  # noqa: S608
         "ended_at = %(now)s, index_status = CASE WHEN index_status = 'pending' THEN 'removed' ELSE index_status END "
-        f"WHERE {where} RETURNING id, state, attributes::text"
+        f"WHERE {where} RETURNING id, namespace, key, state, attributes, expires_at"
     )
 
 
-_CLOSE_ACTIVE_SQL = _close_sql("namespace = %(namespace)s::text[] AND key = %(key)s AND state = 'active'")
-_CLOSE_IDS_SQL = _close_sql("id = ANY(%(ids)s::uuid[])")
+# The events of the versions in the CTE ``closed``: a deleted one records a delete, an expired one its expiry; a
+# superseded one none (its successor's update event records the change). Columns as _append_events_sql wants them.
+_CLOSED_EVENTS = (
+    "SELECT 0 AS ordinal, gen_random_uuid() AS id, id AS memory_id, namespace, key, "
+    "CASE state WHEN 'deleted' THEN 'delete' ELSE 'expired' END AS kind, NULL::bytea AS value_ciphertext, attributes, "
+    "expires_at FROM closed WHERE state <> 'superseded'"
+)
 
-# PUT: close the active version and insert the new one in one statement. The INSERT reads the UPDATE's output
-# (count(*) consumes all of it), so the old version has left the partial unique index before the new one enters.
-PUT_VERSION_SQL = (
-    f"{_ADDRESS_LOCK_SQL}; WITH closed AS ({_CLOSE_ACTIVE_SQL}), inserted AS ("  # noqa: S608
+
+def _append_events_sql(events: str, after: str) -> str:
+    """Insert the rows of ``events`` as the transaction's last writes, in (ordinal, expires_at) order; returns the
+    memory_id and kind of each event.
+
+    The transaction-level event-order lock is taken only once every row of the CTE ``after`` is written (count(*)
+    consumes it; no lock when it wrote nothing) and is held to commit, so events take their sequence numbers (and
+    occurred_at, so it never runs backwards along the sequence) in commit order: a reader paging by seq cannot pass
+    an event that commits later with a smaller number.
+    """
+    return (
+        "INSERT INTO memory_events (id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, attributes) "  # noqa: S608
+        "SELECT e.id, e.memory_id, e.namespace, e.key, e.kind, clock_timestamp(), e.value_ciphertext, e.attributes "
+        "FROM (SELECT pg_advisory_xact_lock(%(event_lock)s) "
+        f"FROM (SELECT count(*) AS written FROM {after}) AS w WHERE w.written > 0) AS event_order "
+        f"CROSS JOIN ({events}) AS e ORDER BY e.ordinal, e.expires_at RETURNING memory_id, kind"
+    )
+
+
+_CLOSE_ACTIVE = _close_sql("namespace = %(namespace)s::text[] AND key = %(key)s AND state = 'active'")
+
+# PUT. The new version's INSERT reads the UPDATE's output (count(*) consumes all of it), so the old version has left
+# the partial unique index before the new one enters it.
+PUT_SQL = (
+    f"{_ADDRESS_LOCK_SQL}; WITH closed AS ({_CLOSE_ACTIVE}), version AS ("  # noqa: S608
     "INSERT INTO memories (id, namespace, key, value_ciphertext, attributes, indexed_content, created_at, expires_at, "
     "state, index_status, index_attempts) SELECT %(id)s, %(namespace)s::text[], %(key)s, %(value)s, "
     "%(attributes)s::jsonb, %(indexed_content)s::jsonb, %(now)s, %(expires_at)s, 'active', %(index_status)s, 0 "
-    "FROM (SELECT count(*) FROM closed) AS after_close"
-    ") SELECT id, state, attributes FROM closed"
-)
-DELETE_VERSION_SQL = f"{_ADDRESS_LOCK_SQL}; {_CLOSE_ACTIVE_SQL}"
-
-_EVENT_COLUMNS = "id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, attributes"
-# occurred_at is taken under the event-order lock too, so it never runs backwards along the sequence.
-_EVENT_ROW = "(%s, %s, %s::text[], %s, %s, clock_timestamp(), %s, %s::jsonb)"
-
-
-def events_sql(count: int) -> str:
-    """The event-order lock and the insert of ``count`` events (parameters: the lock key, then each EventRow)."""
-    return (
-        f"SELECT pg_advisory_xact_lock(%s); INSERT INTO memory_events ({_EVENT_COLUMNS}) VALUES "  # noqa: S608
-        + ", ".join([_EVENT_ROW] * count)
+    "FROM (SELECT count(*) FROM closed) AS after_close RETURNING id, namespace, key, attributes, expires_at) "
+    + _append_events_sql(
+        f"{_CLOSED_EVENTS} UNION ALL SELECT 1, %(event_id)s, id, namespace, key, "  # noqa: S608
+        "CASE WHEN EXISTS (SELECT FROM closed WHERE state = 'superseded') THEN 'update' ELSE 'add' END, "
+        "%(event_value)s, attributes, expires_at FROM version",
+        after="version",
     )
+)
+DELETE_SQL = f"{_ADDRESS_LOCK_SQL}; WITH closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(_CLOSED_EVENTS, "closed")
+# The expiry sweep, one batch. SKIP LOCKED lets several beat/worker processes sweep at once without double-expiring
+# a row or waiting on each other (nor on a writer holding a row).
+_DUE = _close_sql(
+    "id IN (SELECT id FROM memories WHERE state = 'active' AND expires_at <= %(now)s "
+    "ORDER BY expires_at LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)"
+)
+EXPIRE_SQL = f"WITH closed AS ({_DUE}) " + _append_events_sql(_CLOSED_EVENTS, "closed")
 
 
-class EventRow(NamedTuple):
-    """One event's parameters, in _EVENT_ROW order."""
-
-    id: uuid.UUID
-    memory_id: uuid.UUID
-    namespace: list[str]
-    key: str
-    kind: str
-    value_ciphertext: bytes | None
-    attributes_json: str | None
-
-
-def address_lock_params(namespace: list[str], key: str) -> dict:
-    """Parameters of _ADDRESS_LOCK_SQL."""
+def write_params(namespace: list[str], key: str, now: datetime, closed_state: str) -> dict:
+    """The parameters PUT_SQL and DELETE_SQL share."""
     return {
         "lock_class": _ADDRESS_LOCK_CLASS,
         "address": json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False),
+        "event_lock": _EVENT_ORDER_LOCK,
+        "now": now,
+        "closed_state": closed_state,
+        "namespace": namespace,
+        "key": key,
     }
+
+
+def _last_result(cursor: CursorWrapper) -> list[tuple]:
+    """The rows of a query's last statement (psycopg keeps one result per statement)."""
+    while cursor.nextset():
+        pass
+    return cursor.fetchall()
 
 
 def put_memory(
@@ -146,7 +175,7 @@ def put_memory(
     index: dict[str, str] | None = None,
     ttl_seconds: int | None = None,
 ) -> WriteResult:
-    """Write a new version at (namespace, key) and close the previous one, in one transaction with its event."""
+    """Write a new version at (namespace, key) and close the previous one, with its events, in one transaction."""
     serialized = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
     if len(serialized) > settings.MEMORY_MAX_VALUE_BYTES:
         raise errors.payload_too_large(f"value exceeds {settings.MEMORY_MAX_VALUE_BYTES} bytes serialized")
@@ -156,116 +185,56 @@ def put_memory(
         {"namespace": namespace, "key": key, "value": value, "index": index, "context": policy_context(principal)}
     )
 
-    # Everything that does not depend on the previous version is computed before the locks are taken.
     now = timezone.now()
     version_id, event_id = uuid.uuid4(), uuid.uuid4()
-    attributes_json = json.dumps(attributes)
     expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds else None
     params = {
-        **address_lock_params(namespace, key),
-        "now": now,
-        "closed_state": MemoryState.SUPERSEDED,
-        "namespace": namespace,
-        "key": key,
+        **write_params(namespace, key, now, MemoryState.SUPERSEDED),
         "id": version_id,
         "value": crypto.encrypt(serialized, purpose=VALUE_PURPOSE, row_id=str(version_id)),
-        "attributes": attributes_json,
+        "attributes": json.dumps(attributes),
         "indexed_content": json.dumps(index) if index else None,
         "expires_at": expires_at,
         "index_status": IndexStatus.PENDING if index else IndexStatus.NONE,
+        "event_id": event_id,
+        "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
     }
-    event_value = crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id))
-
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(PUT_VERSION_SQL, params)
-        cursor.nextset()
-        previous = cursor.fetchone()
-        kind = EventKind.ADD
-        events = []
-        if previous is not None:
-            previous_id, previous_state, previous_attributes = previous
-            if previous_state == MemoryState.EXPIRED:
-                # It was already invisible to readers: record the expiry the sweep would have; this is a new record.
-                events.append(
-                    EventRow(uuid.uuid4(), previous_id, namespace, key, EventKind.EXPIRED, None, previous_attributes)
-                )
-            else:
-                kind = EventKind.UPDATE
-        events.append(EventRow(event_id, version_id, namespace, key, kind, event_value, attributes_json))
-        _append_events(cursor, events)
-        if index:
-            transaction.on_commit(_enqueue_indexing)
+    with connection.cursor() as cursor:
+        cursor.execute(PUT_SQL, params)
+        kind = next(kind for memory_id, kind in _last_result(cursor) if memory_id == version_id)
+    if index:
+        transaction.on_commit(_enqueue_indexing)  # at once when committed already (no atomic() around us)
     return WriteResult(version_id, namespace, key, attributes, now, expires_at, kind)
 
 
-def _append_events(cursor: CursorWrapper, events: list[EventRow]) -> None:
-    """Append timeline events as the transaction's last statement.
-
-    The transaction-level advisory lock is held from here to commit, so events take their sequence numbers in
-    commit order: a reader paging by seq cannot pass an event that commits later with a smaller number. Events of
-    one call take their numbers in list order.
-    """
-    cursor.execute(events_sql(len(events)), [_EVENT_ORDER_LOCK, *(param for event in events for param in event)])
-
-
 def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bool:
-    """Idempotent (D4): 204 whenever authorized; an event only when an active record was deleted.
-
-    Same transaction shape and address lock as put_memory."""
+    """Idempotent (D4): 204 whenever authorized; an event only when an active record was deleted. A record already
+    past its expiry (invisible, not swept yet) records its expiry instead."""
     authorize(principal, "delete", namespace, key)
-    params = {
-        **address_lock_params(namespace, key),
-        "now": timezone.now(),
-        "closed_state": MemoryState.DELETED,
-        "namespace": namespace,
-        "key": key,
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(DELETE_VERSION_SQL, params)
-        cursor.nextset()
-        current = cursor.fetchone()
-        if current is None:
-            return False
-        current_id, current_state, current_attributes = current
-        # Already past its expiry, it was invisible: record the expiry the sweep would have, not a delete.
-        kind = EventKind.EXPIRED if current_state == MemoryState.EXPIRED else EventKind.DELETE
-        _append_events(cursor, [EventRow(uuid.uuid4(), current_id, namespace, key, kind, None, current_attributes)])
-        return kind == EventKind.DELETE
+    with connection.cursor() as cursor:
+        cursor.execute(DELETE_SQL, write_params(namespace, key, timezone.now(), MemoryState.DELETED))
+        return any(kind == EventKind.DELETE for _, kind in _last_result(cursor))
 
 
 def expire_due_memories(batch_size: int | None = None) -> int:
-    """Mark active versions whose expires_at has passed as expired, writing their events; returns the count.
-
-    ``FOR UPDATE SKIP LOCKED`` lets several beat/worker processes sweep at once without double-expiring a row
-    or waiting on each other.
-    """
+    """Mark active versions whose expires_at has passed as expired, writing their events; returns the count. One
+    transaction per batch."""
     batch_size = batch_size or settings.MEMORY_EXPIRY_BATCH_SIZE
     total = 0
     while True:
-        with transaction.atomic():
-            now = timezone.now()
-            due = list(
-                Memory.objects.select_for_update(skip_locked=True)
-                .filter(state=MemoryState.ACTIVE, expires_at__lte=now)
-                .order_by("expires_at")
-                .only("id", "namespace", "key")[:batch_size]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                EXPIRE_SQL,
+                {
+                    "now": timezone.now(),
+                    "closed_state": MemoryState.EXPIRED,
+                    "batch_size": batch_size,
+                    "event_lock": _EVENT_ORDER_LOCK,
+                },
             )
-            if not due:
-                return total
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    _CLOSE_IDS_SQL, {"now": now, "closed_state": MemoryState.EXPIRED, "ids": [row.id for row in due]}
-                )
-                closed = {row[0]: row[2] for row in cursor.fetchall()}
-                _append_events(
-                    cursor,
-                    [
-                        EventRow(uuid.uuid4(), row.id, row.namespace, row.key, EventKind.EXPIRED, None, closed[row.id])
-                        for row in due
-                    ],
-                )
-            total += len(due)
-        if len(due) < batch_size:
+            expired = len(cursor.fetchall())
+        total += expired
+        if expired < batch_size:
             return total
 
 
