@@ -1,4 +1,5 @@
-"""Memory writes: upsert, delete, expiry. Each is one transaction that also appends its timeline event.
+"""Memory writes: upsert, delete, expiry. Each is one transaction (one query, see below) that also appends its
+timeline events.
 
 Policies run before the transaction (authorization and attribute derivation never hold row locks); encryption
 happens in Python, so the database only ever sees ciphertext.
@@ -108,7 +109,8 @@ def _append_events_sql(events: str, after: str) -> str:
     The transaction-level event-order lock is taken only once every row of the CTE ``after`` is written (count(*)
     consumes it; no lock when it wrote nothing) and is held to commit, so events take their sequence numbers (and
     occurred_at, so it never runs backwards along the sequence) in commit order: a reader paging by seq cannot pass
-    an event that commits later with a smaller number.
+    an event that commits later with a smaller number. (The lock's output column is never read, but PostgreSQL keeps
+    subquery outputs that call volatile functions, for their side effects.)
     """
     return (
         "INSERT INTO memory_events (id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, attributes) "  # noqa: S608
