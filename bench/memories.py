@@ -142,51 +142,14 @@ def put_bodies(items: Sequence[Item], rng: random.Random) -> list[bytes]:
 
 # --- The floor: the service's SQL, replicated (apps/memories/services.py and selectors.py) ------------------------
 #
-# Written in the exact form Django generates, so check_sql_parity() can compare them statement by statement with
-# what the service sends; it warns in the report when services.py/selectors.py change and this drifts.
+# Writes and GET run the service's own statement constants; the rest are written in the exact form the service
+# sends. check_sql_parity() compares them statement by statement with what the service sends; it warns in the
+# report when services.py/selectors.py change and this drifts.
 
-_MEMORY_COLUMNS = (
-    '"memories"."id", "memories"."namespace", "memories"."key", "memories"."value_ciphertext", '
-    '"memories"."attributes", "memories"."indexed_content", "memories"."created_at", "memories"."expires_at", '
-    '"memories"."state", "memories"."ended_at", "memories"."index_status", "memories"."index_attempts", '
-    '"memories"."index_retry_at"'
-)
-
-
-def _ns_array(namespace: list[str]) -> str:
-    # Django's ArrayField exact lookup binds each segment: (ARRAY[%s, %s, ...])::text[].
-    return "(ARRAY[" + ", ".join(["%s"] * len(namespace)) + "])::text[]"
-
-
-def _lock_current_sql(namespace: list[str]) -> str:
-    return (
-        'SELECT "memories"."id", "memories"."attributes", "memories"."expires_at" FROM "memories" '
-        f'WHERE ("memories"."key" = %s AND "memories"."namespace" = {_ns_array(namespace)} '
-        'AND "memories"."state" = %s) ORDER BY "memories"."id" ASC LIMIT 1 FOR UPDATE'
-    )
-
-
-_CLOSE_VERSION_SQL = (
-    'UPDATE "memories" SET "state" = %s, "ended_at" = %s, "index_status" = CASE WHEN '
-    '("memories"."index_status" = %s) THEN %s ELSE "memories"."index_status" END WHERE "memories"."id" IN (%s)'
-)
+# Rows the DELETE runs remove, inserted directly (untimed setup, not a measured statement).
 _INSERT_MEMORY_SQL = (
-    'INSERT INTO "memories" ("id", "namespace", "key", "value_ciphertext", "attributes", "indexed_content", '
-    '"created_at", "expires_at", "state", "ended_at", "index_status", "index_attempts", "index_retry_at") '
-    "VALUES (%s, %s::text[], %s, %s, %s, NULL, %s, NULL, %s, NULL, %s, %s, NULL)"
-)
-_EVENT_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
-_ADDRESS_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
-
-
-def _address_lock_params(item: Item) -> list[Any]:
-    from apps.memories import services
-
-    # services._lock_address: writers of one (namespace, key) serialise on a two-int advisory lock.
-    return [services._ADDRESS_LOCK_CLASS, json.dumps([item.namespace, item.key], separators=(",", ":"), ensure_ascii=False)]
-_INSERT_EVENT_SQL = (
-    'INSERT INTO "memory_events" ("id", "memory_id", "namespace", "key", "kind", "occurred_at", "value_ciphertext", '
-    '"attributes") VALUES (%s, %s, %s::text[], %s, %s, (clock_timestamp()), %s, %s) RETURNING "memory_events"."seq"'
+    "INSERT INTO memories (id, namespace, key, value_ciphertext, attributes, created_at, state, index_status, "
+    "index_attempts) VALUES (%s, %s::text[], %s, %s, %s, %s, %s, %s, %s)"
 )
 
 
@@ -199,54 +162,35 @@ class Floor:
     attributes: dict[str, Any] = field(default_factory=dict)
 
     def put(self, conn: Any, item: Item, size: int) -> None:
-        import psycopg
+        from apps.memories import services
 
-        # Like services.put_memory: two writers creating the same address race on the partial unique index; the
-        # loser retries once and then finds the winner's row.
-        try:
-            self._put_once(conn, item, size)
-        except psycopg.errors.UniqueViolation:
-            self._put_once(conn, item, size)
-
-    def _put_once(self, conn: Any, item: Item, size: int) -> None:
-        from psycopg.types.json import Jsonb
-
-        now = datetime.now(UTC)
-        with conn.transaction():
-            cur = conn.cursor()
-            cur.execute(_ADDRESS_LOCK_SQL, _address_lock_params(item))
-            row = cur.execute(_lock_current_sql(item.namespace), [item.key, *item.namespace, "active"]).fetchone()
-            kind = "add"
-            if row is not None:
-                cur.execute(_CLOSE_VERSION_SQL, ["superseded", now, "pending", "removed", row[0]])
-                kind = "update"
-            version_id = uuid.uuid4()
-            attributes = Jsonb(self.attributes)
-            cur.execute(
-                _INSERT_MEMORY_SQL,
-                [version_id, item.namespace, item.key, os.urandom(size), attributes, now, "active", "none", 0],
-            )
-            cur.execute(_EVENT_LOCK_SQL, [self.event_lock])
-            cur.execute(
-                _INSERT_EVENT_SQL,
-                [uuid.uuid4(), version_id, item.namespace, item.key, kind, os.urandom(size), attributes],
-            ).fetchone()
+        # services.put_memory: one query (address lock; close + insert + event), one implicit transaction.
+        version_id, event_id = uuid.uuid4(), uuid.uuid4()
+        params = {
+            **services.write_params(item.namespace, item.key, datetime.now(UTC), "superseded"),
+            "id": version_id,
+            "value": os.urandom(size),
+            "attributes": json.dumps(self.attributes),
+            "indexed_content": None,
+            "expires_at": None,
+            "index_status": "none",
+            "event_id": event_id,
+            "event_value": os.urandom(size),
+        }
+        cur = conn.cursor()
+        cur.execute(services.PUT_SQL, params)
+        while cur.nextset():
+            pass
+        cur.fetchall()
 
     def delete(self, conn: Any, item: Item) -> None:
-        from psycopg.types.json import Jsonb
+        from apps.memories import services
 
-        now = datetime.now(UTC)
-        with conn.transaction():
-            cur = conn.cursor()
-            cur.execute(_ADDRESS_LOCK_SQL, _address_lock_params(item))
-            row = cur.execute(_lock_current_sql(item.namespace), [item.key, *item.namespace, "active"]).fetchone()
-            if row is None:
-                return
-            cur.execute(_CLOSE_VERSION_SQL, ["deleted", now, "pending", "removed", row[0]])
-            cur.execute(_EVENT_LOCK_SQL, [self.event_lock])
-            cur.execute(
-                _INSERT_EVENT_SQL, [uuid.uuid4(), row[0], item.namespace, item.key, "delete", None, Jsonb(row[1])]
-            ).fetchone()
+        cur = conn.cursor()
+        cur.execute(services.DELETE_SQL, services.write_params(item.namespace, item.key, datetime.now(UTC), "deleted"))
+        while cur.nextset():
+            pass
+        cur.fetchall()
 
     def get(self, conn: Any, item: Item) -> Any:
         from apps.memories import selectors

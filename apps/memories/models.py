@@ -101,7 +101,7 @@ class MemoryEvent(models.Model):
     """An append-only timeline entry, written in the same transaction as the change it records.
 
     ``seq`` is assigned under a transaction-level advisory lock taken right before commit (see
-    services._append_event), so sequence order is commit order: a reader paging by ``seq`` never skips an event
+    services._append_events_sql), so sequence order is commit order: a reader paging by ``seq`` never skips an event
     that commits late. ``attributes`` is kept for every kind so access filtering works on delete/expired events
     too; the API shows it only for add/update, as the interface says.
     """

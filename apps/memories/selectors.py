@@ -20,8 +20,8 @@ from apps.core.db.prepared import prepared_cursor
 from apps.core.policy import get_engine, policy_context
 from apps.core.serializers import isoformat
 from apps.memories import filters
-from apps.memories.models import EventKind, Memory
-from apps.memories.services import EVENT_VALUE_PURPOSE, VALUE_PURPOSE, authorize
+from apps.memories.models import EventKind
+from apps.memories.services import EVENT_VALUE_PURPOSE, VALUE_PURPOSE, WriteResult, authorize
 
 
 def decrypt_value(ciphertext: bytes | memoryview, purpose: str, row_id: Any) -> dict:
@@ -29,15 +29,15 @@ def decrypt_value(ciphertext: bytes | memoryview, purpose: str, row_id: Any) -> 
     return orjson.loads(crypto.decrypt(bytes(ciphertext), purpose=purpose, row_id=str(row_id)))
 
 
-def memory_response(memory: Memory) -> dict:
+def memory_response(result: WriteResult) -> dict:
     """The write response: the record without its value."""
     return {
-        "id": str(memory.id),
-        "namespace": memory.namespace,
-        "key": memory.key,
-        "attributes": memory.attributes,
-        "created_at": isoformat(memory.created_at),
-        "expires_at": isoformat(memory.expires_at),
+        "id": str(result.id),
+        "namespace": result.namespace,
+        "key": result.key,
+        "attributes": result.attributes,
+        "created_at": isoformat(result.created_at),
+        "expires_at": isoformat(result.expires_at),
     }
 
 

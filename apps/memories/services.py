@@ -1,4 +1,5 @@
-"""Memory writes: upsert, delete, expiry. Each is one transaction that also appends its timeline event.
+"""Memory writes: upsert, delete, expiry. Each is one transaction (one query, see below) that also appends its
+timeline events.
 
 Policies run before the transaction (authorization and attribute derivation never hold row locks); encryption
 happens in Python, so the database only ever sees ciphertext.
@@ -11,26 +12,28 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, F, Value, When
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from apps.core import crypto, errors
 from apps.core.auth.principal import Principal
 from apps.core.policy import get_engine, policy_context
-from apps.memories.models import EventKind, IndexStatus, Memory, MemoryEvent, MemoryState
+from apps.memories.models import EventKind, IndexStatus, MemoryEvent, MemoryState
+
+if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper
 
 logger = logging.getLogger(__name__)
 
 VALUE_PURPOSE = "memory.value"
 EVENT_VALUE_PURPOSE = "memory_event.value"
 
-# Any constant works; it names the lock that orders event sequence numbers by commit (see _append_event).
+# Any constant works; it names the lock that orders event sequence numbers by commit (see _append_events_sql).
 _EVENT_ORDER_LOCK = 0x6D656D6F  # "memo"
-# The class half of the two-int advisory locks that serialise writers per address (see _lock_address). The two-int
+# The class half of the two-int advisory locks that serialise writers per address (see _ADDRESS_LOCK_SQL). The two-int
 # key space never overlaps the single-bigint one _EVENT_ORDER_LOCK lives in.
 _ADDRESS_LOCK_CLASS = 0x61646472  # "addr"
 
@@ -46,8 +49,123 @@ def authorize(principal: Principal, operation: str, namespace: list[str], key: s
 
 @dataclass(frozen=True)
 class WriteResult:
-    memory: Memory
+    """The version a PUT wrote (its response, without the value) and the event kind it recorded."""
+
+    id: uuid.UUID
+    namespace: list[str]
+    key: str
+    attributes: dict
+    created_at: datetime
+    expires_at: datetime | None
     kind: str
+
+
+# --- The write path's SQL -------------------------------------------------------------------------------------------
+#
+# Each write is one query of raw SQL, so one round trip: building and compiling the four ORM statements it used to
+# send was ~40% of a PUT's CPU, and every round trip the web process waits on costs it CPU too. The query travels
+# over the simple protocol (client-side binding, Django's default for psycopg 3), where several statements in one
+# query run as one transaction (the implicit transaction block; inside a caller's atomic() they join that
+# transaction instead), and under READ COMMITTED each statement takes its own snapshot. A write is two statements:
+#
+# 1. The per-address advisory lock (_ADDRESS_LOCK_SQL), always first.
+# 2. One statement that closes the active version, inserts the new one (PUT), and appends the events last, under the
+#    event-order lock (_append_events_sql). It reads a fresh snapshot taken after the lock was granted.
+#
+# bench/memories.py runs these same statements as its floor.
+
+# Serialises every writer and deleter of one (namespace, key) until the transaction ends. Row locks alone cannot do
+# it: when no active version exists there is no row to lock, so two writers would both insert and one would hit the
+# one-active-version unique index (a 500). The advisory lock exists before the row does. Taken first, before any row
+# lock, and each statement after it reads a fresh READ COMMITTED snapshot, so a writer that waited sees the version
+# its predecessor committed. A hash collision between two addresses only makes them wait for each other.
+_ADDRESS_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(address)s))"
+
+
+def _close_sql(where: str) -> str:
+    """End the active versions matching ``where``: already past their expiry they become expired (the sweep's job
+    done late), otherwise %(closed_state)s. One still waiting for the indexer will never need vectors; one that has
+    vectors keeps index_status=indexed, which is how the indexer finds vectors to remove on its next cycle."""
+    return (
+        "UPDATE memories SET state = CASE WHEN expires_at <= %(now)s THEN 'expired' ELSE %(closed_state)s END, "  # noqa: S608
+        "ended_at = %(now)s, index_status = CASE WHEN index_status = 'pending' THEN 'removed' ELSE index_status END "
+        f"WHERE {where} RETURNING id, namespace, key, state, attributes, expires_at"
+    )
+
+
+# The events of the versions in the CTE ``closed``: a deleted one records a delete, an expired one its expiry; a
+# superseded one none (its successor's update event records the change). Columns as _append_events_sql wants them.
+_CLOSED_EVENTS = (
+    "SELECT 0 AS ordinal, gen_random_uuid() AS id, id AS memory_id, namespace, key, "
+    "CASE state WHEN 'deleted' THEN 'delete' ELSE 'expired' END AS kind, NULL::bytea AS value_ciphertext, attributes, "
+    "expires_at FROM closed WHERE state <> 'superseded'"
+)
+
+
+def _append_events_sql(events: str, after: str) -> str:
+    """Insert the rows of ``events`` as the transaction's last writes, in (ordinal, expires_at) order; returns the
+    memory_id and kind of each event.
+
+    The transaction-level event-order lock is taken only once every row of the CTE ``after`` is written (count(*)
+    consumes it; no lock when it wrote nothing) and is held to commit, so events take their sequence numbers (and
+    occurred_at, so it never runs backwards along the sequence) in commit order: a reader paging by seq cannot pass
+    an event that commits later with a smaller number. (The lock's output column is never read, but PostgreSQL keeps
+    subquery outputs that call volatile functions, for their side effects.)
+    """
+    return (
+        "INSERT INTO memory_events (id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, attributes) "  # noqa: S608
+        "SELECT e.id, e.memory_id, e.namespace, e.key, e.kind, clock_timestamp(), e.value_ciphertext, e.attributes "
+        "FROM (SELECT pg_advisory_xact_lock(%(event_lock)s) "
+        f"FROM (SELECT count(*) AS written FROM {after}) AS w WHERE w.written > 0) AS event_order "
+        f"CROSS JOIN ({events}) AS e ORDER BY e.ordinal, e.expires_at RETURNING memory_id, kind"
+    )
+
+
+_CLOSE_ACTIVE = _close_sql("namespace = %(namespace)s::text[] AND key = %(key)s AND state = 'active'")
+
+# PUT. The new version's INSERT reads the UPDATE's output (count(*) consumes all of it), so the old version has left
+# the partial unique index before the new one enters it.
+PUT_SQL = (
+    f"{_ADDRESS_LOCK_SQL}; WITH closed AS ({_CLOSE_ACTIVE}), version AS ("  # noqa: S608
+    "INSERT INTO memories (id, namespace, key, value_ciphertext, attributes, indexed_content, created_at, expires_at, "
+    "state, index_status, index_attempts) SELECT %(id)s, %(namespace)s::text[], %(key)s, %(value)s, "
+    "%(attributes)s::jsonb, %(indexed_content)s::jsonb, %(now)s, %(expires_at)s, 'active', %(index_status)s, 0 "
+    "FROM (SELECT count(*) FROM closed) AS after_close RETURNING id, namespace, key, attributes, expires_at) "
+    + _append_events_sql(
+        f"{_CLOSED_EVENTS} UNION ALL SELECT 1, %(event_id)s, id, namespace, key, "  # noqa: S608
+        "CASE WHEN EXISTS (SELECT FROM closed WHERE state = 'superseded') THEN 'update' ELSE 'add' END, "
+        "%(event_value)s, attributes, expires_at FROM version",
+        after="version",
+    )
+)
+DELETE_SQL = f"{_ADDRESS_LOCK_SQL}; WITH closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(_CLOSED_EVENTS, "closed")
+# The expiry sweep, one batch. SKIP LOCKED lets several beat/worker processes sweep at once without double-expiring
+# a row or waiting on each other (nor on a writer holding a row).
+_DUE = _close_sql(
+    "id IN (SELECT id FROM memories WHERE state = 'active' AND expires_at <= %(now)s "
+    "ORDER BY expires_at LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)"
+)
+EXPIRE_SQL = f"WITH closed AS ({_DUE}) " + _append_events_sql(_CLOSED_EVENTS, "closed")
+
+
+def write_params(namespace: list[str], key: str, now: datetime, closed_state: str) -> dict:
+    """The parameters PUT_SQL and DELETE_SQL share."""
+    return {
+        "lock_class": _ADDRESS_LOCK_CLASS,
+        "address": json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False),
+        "event_lock": _EVENT_ORDER_LOCK,
+        "now": now,
+        "closed_state": closed_state,
+        "namespace": namespace,
+        "key": key,
+    }
+
+
+def _last_result(cursor: CursorWrapper) -> list[tuple]:
+    """The rows of a query's last statement (psycopg keeps one result per statement)."""
+    while cursor.nextset():
+        pass
+    return cursor.fetchall()
 
 
 def put_memory(
@@ -59,6 +177,7 @@ def put_memory(
     index: dict[str, str] | None = None,
     ttl_seconds: int | None = None,
 ) -> WriteResult:
+    """Write a new version at (namespace, key) and close the previous one, with its events, in one transaction."""
     serialized = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
     if len(serialized) > settings.MEMORY_MAX_VALUE_BYTES:
         raise errors.payload_too_large(f"value exceeds {settings.MEMORY_MAX_VALUE_BYTES} bytes serialized")
@@ -68,161 +187,56 @@ def put_memory(
         {"namespace": namespace, "key": key, "value": value, "index": index, "context": policy_context(principal)}
     )
 
-    with transaction.atomic():
-        _lock_address(namespace, key)
-        return _write_version(namespace, key, serialized, attributes, index, ttl_seconds)
-
-
-def _write_version(
-    namespace: list[str],
-    key: str,
-    serialized_value: bytes,
-    attributes: dict,
-    index: dict[str, str],
-    ttl_seconds: int | None,
-) -> WriteResult:
     now = timezone.now()
-    previous = _lock_active_version(namespace, key)
-    kind = EventKind.ADD
-    if previous is not None:
-        if previous.expires_at is not None and previous.expires_at <= now:
-            # Already invisible to readers: record the expiry the sweep would have, then this is a new record.
-            _close_versions([previous.id], MemoryState.EXPIRED, now)
-            _append_event(previous, EventKind.EXPIRED, namespace, key)
-        else:
-            _close_versions([previous.id], MemoryState.SUPERSEDED, now)
-            kind = EventKind.UPDATE
-
-    version_id = uuid.uuid4()
-    memory = Memory.objects.create(
-        id=version_id,
-        namespace=namespace,
-        key=key,
-        value_ciphertext=crypto.encrypt(serialized_value, purpose=VALUE_PURPOSE, row_id=str(version_id)),
-        attributes=attributes,
-        indexed_content=index or None,
-        created_at=now,
-        expires_at=now + timedelta(seconds=ttl_seconds) if ttl_seconds else None,
-        state=MemoryState.ACTIVE,
-        index_status=IndexStatus.PENDING if index else IndexStatus.NONE,
-    )
-    _append_event(memory, kind, namespace, key, serialized_value=serialized_value)
+    version_id, event_id = uuid.uuid4(), uuid.uuid4()
+    expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds else None
+    params = {
+        **write_params(namespace, key, now, MemoryState.SUPERSEDED),
+        "id": version_id,
+        "value": crypto.encrypt(serialized, purpose=VALUE_PURPOSE, row_id=str(version_id)),
+        "attributes": json.dumps(attributes),
+        "indexed_content": json.dumps(index) if index else None,
+        "expires_at": expires_at,
+        "index_status": IndexStatus.PENDING if index else IndexStatus.NONE,
+        "event_id": event_id,
+        "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(PUT_SQL, params)
+        kind = next(kind for memory_id, kind in _last_result(cursor) if memory_id == version_id)
     if index:
-        transaction.on_commit(_enqueue_indexing)
-    return WriteResult(memory, kind)
-
-
-def _lock_address(namespace: list[str], key: str) -> None:
-    """Serialise every writer and deleter of one (namespace, key) until the transaction ends.
-
-    Row locks alone cannot do it: when no active version exists there is no row to lock, so two writers would both
-    insert and one would hit the one-active-version unique index (a 500). The advisory lock exists before the row
-    does. Taken first, before any row lock, and each statement after it reads a fresh READ COMMITTED snapshot, so a
-    writer that waited sees the version its predecessor committed. A hash collision between two addresses only
-    makes them wait for each other.
-    """
-    address = json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_ADDRESS_LOCK_CLASS, address])
-
-
-def _lock_active_version(namespace: list[str], key: str) -> Memory | None:
-    """The active version at the address, row-locked until the transaction ends (None when there is none)."""
-    return (
-        Memory.objects.select_for_update()
-        .filter(namespace=namespace, key=key, state=MemoryState.ACTIVE)
-        .only("id", "expires_at", "attributes")
-        .first()
-    )
-
-
-def _close_versions(ids: list, state: str, now: datetime) -> None:
-    """End versions. One still waiting for the indexer will never need vectors; one that has vectors keeps
-    index_status=indexed, which is how the indexer finds vectors to remove on its next cycle."""
-    Memory.objects.filter(id__in=ids).update(
-        state=state,
-        ended_at=now,
-        index_status=Case(
-            When(index_status=IndexStatus.PENDING, then=Value(IndexStatus.REMOVED)), default=F("index_status")
-        ),
-    )
-
-
-def _append_event(
-    memory: Memory,
-    kind: str,
-    namespace: list[str],
-    key: str,
-    *,
-    serialized_value: bytes | None = None,
-) -> MemoryEvent:
-    """Append the timeline event as the transaction's last statement.
-
-    The transaction-level advisory lock is held from here to commit, so events take their sequence numbers in
-    commit order: a reader paging by seq cannot pass an event that commits later with a smaller number.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_EVENT_ORDER_LOCK])
-    event_id = uuid.uuid4()
-    ciphertext = None
-    if serialized_value is not None:
-        ciphertext = crypto.encrypt(serialized_value, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id))
-    return MemoryEvent.objects.create(
-        id=event_id,
-        memory_id=memory.id,
-        namespace=namespace,
-        key=key,
-        kind=kind,
-        # Taken under the lock too, so occurred_at never runs backwards along the sequence.
-        occurred_at=RawSQL("clock_timestamp()", []),
-        value_ciphertext=ciphertext,
-        attributes=memory.attributes,
-    )
+        transaction.on_commit(_enqueue_indexing)  # at once when committed already (no atomic() around us)
+    return WriteResult(version_id, namespace, key, attributes, now, expires_at, kind)
 
 
 def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bool:
-    """Idempotent (D4): 204 whenever authorized; an event only when an active record was deleted."""
+    """Idempotent (D4): 204 whenever authorized; an event only when an active record was deleted. A record already
+    past its expiry (invisible, not swept yet) records its expiry instead."""
     authorize(principal, "delete", namespace, key)
-    with transaction.atomic():
-        _lock_address(namespace, key)
-        now = timezone.now()
-        current = _lock_active_version(namespace, key)
-        if current is None:
-            return False
-        if current.expires_at is not None and current.expires_at <= now:
-            _close_versions([current.id], MemoryState.EXPIRED, now)
-            _append_event(current, EventKind.EXPIRED, namespace, key)
-            return False
-        _close_versions([current.id], MemoryState.DELETED, now)
-        _append_event(current, EventKind.DELETE, namespace, key)
-        return True
+    with connection.cursor() as cursor:
+        cursor.execute(DELETE_SQL, write_params(namespace, key, timezone.now(), MemoryState.DELETED))
+        return any(kind == EventKind.DELETE for _, kind in _last_result(cursor))
 
 
 def expire_due_memories(batch_size: int | None = None) -> int:
-    """Mark active versions whose expires_at has passed as expired, writing their events; returns the count.
-
-    ``FOR UPDATE SKIP LOCKED`` lets several beat/worker processes sweep at once without double-expiring a row
-    or waiting on each other.
-    """
+    """Mark active versions whose expires_at has passed as expired, writing their events; returns the count. One
+    transaction per batch."""
     batch_size = batch_size or settings.MEMORY_EXPIRY_BATCH_SIZE
     total = 0
     while True:
-        with transaction.atomic():
-            now = timezone.now()
-            due = list(
-                Memory.objects.select_for_update(skip_locked=True)
-                .filter(state=MemoryState.ACTIVE, expires_at__lte=now)
-                .order_by("expires_at")
-                .only("id", "namespace", "key", "attributes")[:batch_size]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                EXPIRE_SQL,
+                {
+                    "now": timezone.now(),
+                    "closed_state": MemoryState.EXPIRED,
+                    "batch_size": batch_size,
+                    "event_lock": _EVENT_ORDER_LOCK,
+                },
             )
-            if not due:
-                return total
-            ids = [memory.id for memory in due]
-            _close_versions(ids, MemoryState.EXPIRED, now)
-            for memory in due:
-                _append_event(memory, EventKind.EXPIRED, memory.namespace, memory.key)
-            total += len(due)
-        if len(due) < batch_size:
+            expired = len(cursor.fetchall())
+        total += expired
+        if expired < batch_size:
             return total
 
 

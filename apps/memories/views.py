@@ -68,7 +68,7 @@ class MemoriesView(APIView):
             index=data.get("index"),
             ttl_seconds=data.get("ttl_seconds"),
         )
-        return Response(selectors.memory_response(result.memory))
+        return Response(selectors.memory_response(result))
 
     @extend_schema(
         tags=["memories"],
