@@ -12,8 +12,8 @@ from apps.core import startup  # noqa: E402
 
 startup.check_or_die()
 if os.environ.get("WEB_PRELOAD_MASTER_PID") == str(os.getpid()):
-    # gunicorn's master, importing the application for its workers (config/gunicorn.conf.py): import the embedding
-    # libraries for the workers to share, and leave the model to each worker (post_fork).
-    startup.import_embedder_modules()
+    # gunicorn's master, importing the application for its workers (config/gunicorn.conf.py): load the embedding
+    # model for the workers to share; each adopts it after the fork (post_fork).
+    startup.preload_embedder_for_fork()
 else:
     startup.warm_up_embedder()

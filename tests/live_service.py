@@ -45,7 +45,10 @@ def database_url(settings_dict: Mapping) -> str:
 class LiveService:
     """``start()`` → ``base_url``; ``token(user)`` from the live dev IdP; ``stop()``; ``log_tail()`` for failures."""
 
-    def __init__(self, *, db_settings: Mapping, log_path: Path, extra_env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, *, db_settings: Mapping, log_path: Path, extra_env: Mapping[str, str] | None = None, workers: int = 1
+    ) -> None:
+        self.workers = workers
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -82,7 +85,7 @@ class LiveService:
             "--bind",
             f"127.0.0.1:{self.port}",
             "--workers",
-            "1",
+            str(self.workers),
             "--graceful-timeout",
             "5",
             # gunicorn's control socket defaults to one path under $HOME for every instance on the machine.

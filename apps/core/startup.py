@@ -30,14 +30,13 @@ def warm_up_embedder() -> None:
         logger.warning("embedding provider warm-up failed", exc_info=True)
 
 
-def import_embedder_modules() -> None:
-    """Import the local provider's libraries (torch, sentence-transformers) without loading or running the model:
-    done in a pre-fork parent, their module objects are shared by every child copy-on-write."""
+def preload_embedder_for_fork() -> None:
+    """In a pre-fork parent: load the local model (never run) for every child to share copy-on-write."""
     try:
         from apps.core.embeddings import get_provider
-        from apps.core.embeddings.local import LocalEmbeddingProvider
+        from apps.core.embeddings.local import LocalEmbeddingProvider, preload_for_fork
 
         if isinstance(get_provider(), LocalEmbeddingProvider):
-            import sentence_transformers  # noqa: F401
-    except Exception:  # the workers load (and report) the provider themselves
-        logger.warning("embedding libraries could not be imported before the fork", exc_info=True)
+            preload_for_fork()
+    except Exception:  # the workers load (and report) the model themselves
+        logger.warning("embedding model could not be loaded before the fork", exc_info=True)

@@ -110,8 +110,8 @@ class _QueryBatcher:
 _query_batcher = _QueryBatcher()
 
 _model: SentenceTransformer | None = None
-# A model loaded before a fork (gunicorn --preload, celery prefork) can deadlock in torch's thread pool in
-# the child, so each process loads its own.
+# A model that ran before a fork can deadlock in torch's thread pool in the child, so each process loads (or, after
+# preload_for_fork, adopts) its own.
 _model_pid: int | None = None
 
 
@@ -129,6 +129,17 @@ def model_path() -> Path:
     return path
 
 
+def _read_model(path: Path) -> SentenceTransformer:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+    model.eval()
+    loaded_dimension = model.get_embedding_dimension()
+    if loaded_dimension != DIMENSION:
+        raise EmbeddingError(f"{MODEL_NAME} at {path} has dimension {loaded_dimension}, expected {DIMENSION}")
+    return model
+
+
 def _load_model(torch_threads: int | None) -> SentenceTransformer:
     global _model, _model_pid
     pid = os.getpid()
@@ -144,28 +155,56 @@ def _load_model(torch_threads: int | None) -> SentenceTransformer:
 
             torch_environment()
             import torch
-            from sentence_transformers import SentenceTransformer
 
-            if torch_threads:
-                # Process-wide: leaves cores for the web workers and the database on small machines.
-                torch.set_num_threads(torch_threads)
-            model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
-            model.eval()
+            if _forked_model is not None:
+                # Loaded by the parent before the fork (preload_for_fork) on one thread: this process's own
+                # thread count applies from here, and the weights stay shared with the parent and its other children.
+                torch.set_num_threads(torch_threads or _forked_model[1])
+                model = _forked_model[0]
+            else:
+                if torch_threads:
+                    # Process-wide: leaves cores for the web workers and the database on small machines.
+                    torch.set_num_threads(torch_threads)
+                model = _read_model(path)
+        except EmbeddingError:
+            raise
         except Exception as exc:
             raise EmbeddingError(f"could not load {MODEL_NAME} from {path}: {exc}") from exc
-        loaded_dimension = model.get_embedding_dimension()
-        if loaded_dimension != DIMENSION:
-            raise EmbeddingError(f"{MODEL_NAME} at {path} has dimension {loaded_dimension}, expected {DIMENSION}")
         logger.info(
             "embedding model loaded",
             extra={
                 "model": MODEL_NAME,
                 "seconds": round(time.perf_counter() - started, 3),
                 "threads": torch.get_num_threads(),
+                "inherited": _forked_model is not None,
             },
         )
         _model, _model_pid = model, pid
         return model
+
+
+# (model, the thread count torch would have used): set by preload_for_fork in a parent that forks workers.
+_forked_model: tuple[SentenceTransformer, int] | None = None
+
+
+def preload_for_fork() -> None:
+    """Load the model in a parent process (gunicorn's master) for the workers it forks to use, without running it.
+
+    Every worker that loads the model itself holds its own copy of the weights and of the modules transformers
+    imports while building it (about 100 MB per process, issue 12); loaded here they are shared copy-on-write,
+    since inference never writes to them. torch's thread pool does not survive a fork once it has run, so the parent
+    builds the model on one thread (no pool is started) and never encodes; each worker sets its own thread count
+    when it adopts the model (_load_model).
+    """
+    global _forked_model
+    from apps.core.native import torch_environment
+
+    torch_environment()
+    import torch
+
+    default_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    _forked_model = (_read_model(model_path()), default_threads)
 
 
 def _loaded() -> bool:
