@@ -26,6 +26,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from tests import live_service
 from tests.conftest import TEST_API_KEY, _mint
 
 # Fast clocks so keepalive, retention and eviction are observable within a test; the servers and this process
@@ -47,15 +48,9 @@ def free_port() -> int:
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    db = connection.settings_dict
-    options = db.get("OPTIONS", {})
-    host = db["HOST"]
-    database_url = f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={host}"
-    if db.get("PORT"):
-        database_url += f"&port={db['PORT']}"
-    for name, value in options.items():
-        if isinstance(value, str | int):
-            database_url += f"&{name}={value}"
+    # The test database's libpq URL; its OPTIONS also hold psycopg connection settings (prepare_threshold) that
+    # are no URL parameters.
+    database_url = live_service.database_url(connection.settings_dict)
     env = os.environ.copy()
     env.update(
         {
