@@ -167,12 +167,12 @@ class Floor:
         # services.put_memory: one query (address lock; close + insert + event), one implicit transaction.
         version_id, event_id = uuid.uuid4(), uuid.uuid4()
         params = {
-            **services.write_params(item.namespace, item.key, datetime.now(UTC), "superseded"),
+            **services.write_params(item.namespace, item.key, "superseded"),
             "id": version_id,
             "value": os.urandom(size),
             "attributes": json.dumps(self.attributes),
             "indexed_content": None,
-            "expires_at": None,
+            "ttl_seconds": None,
             "index_status": "none",
             "event_id": event_id,
             "event_value": os.urandom(size),
@@ -187,7 +187,7 @@ class Floor:
         from apps.memories import services
 
         cur = conn.cursor()
-        cur.execute(services.DELETE_SQL, services.write_params(item.namespace, item.key, datetime.now(UTC), "deleted"))
+        cur.execute(services.DELETE_SQL, services.write_params(item.namespace, item.key, "deleted"))
         while cur.nextset():
             pass
         cur.fetchall()

@@ -70,7 +70,10 @@ class WriteResult:
 #
 # 1. The per-address advisory lock (_ADDRESS_LOCK_SQL), always first.
 # 2. One statement that closes the active version, inserts the new one (PUT), and appends the events last, under the
-#    event-order lock (_append_events_sql). It reads a fresh snapshot taken after the lock was granted.
+#    event-order lock (_append_events_sql). It reads a fresh snapshot taken after the lock was granted, and the
+#    write's time (_CLOCK) is read there too: a time taken before the query, while another writer of the address
+#    still held the lock, could be earlier than that writer's, and an address's versions would then not follow
+#    each other in time (the version a write supersedes ending before it began).
 #
 # bench/memories.py runs these same statements as its floor.
 
@@ -82,13 +85,19 @@ class WriteResult:
 _ADDRESS_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(address)s))"
 
 
-def _close_sql(where: str) -> str:
-    """End the active versions matching ``where``: already past their expiry they become expired (the sweep's job
-    done late), otherwise %(closed_state)s. One still waiting for the indexer will never need vectors; one that has
-    vectors keeps index_status=indexed, which is how the indexer finds vectors to remove on its next cycle."""
+# The time of a PUT or DELETE, read once when its statement starts (after the address lock): the CTE ``clock``.
+_CLOCK = "clock AS MATERIALIZED (SELECT clock_timestamp() AS now)"
+_NOW = "(SELECT now FROM clock)"
+
+
+def _close_sql(where: str, now: str) -> str:
+    """End the active versions matching ``where`` at time ``now`` (SQL): already past their expiry they become
+    expired (the sweep's job done late), otherwise %(closed_state)s. One still waiting for the indexer will never
+    need vectors; one that has vectors keeps index_status=indexed, which is how the indexer finds vectors to remove
+    on its next cycle."""
     return (
-        "UPDATE memories SET state = CASE WHEN expires_at <= %(now)s THEN 'expired' ELSE %(closed_state)s END, "  # noqa: S608
-        "ended_at = %(now)s, index_status = CASE WHEN index_status = 'pending' THEN 'removed' ELSE index_status END "
+        f"UPDATE memories SET state = CASE WHEN expires_at <= {now} THEN 'expired' ELSE %(closed_state)s END, "  # noqa: S608
+        f"ended_at = {now}, index_status = CASE WHEN index_status = 'pending' THEN 'removed' ELSE index_status END "
         f"WHERE {where} RETURNING id, namespace, key, state, attributes, expires_at"
     )
 
@@ -121,40 +130,47 @@ def _append_events_sql(events: str, after: str) -> str:
     )
 
 
-_CLOSE_ACTIVE = _close_sql("namespace = %(namespace)s::text[] AND key = %(key)s AND state = 'active'")
+_CLOSE_ACTIVE = _close_sql("namespace = %(namespace)s::text[] AND key = %(key)s AND state = 'active'", _NOW)
 
 # PUT. The new version's INSERT reads the UPDATE's output (count(*) consumes all of it), so the old version has left
-# the partial unique index before the new one enters it.
+# the partial unique index before the new one enters it. Its last rows: each event's memory_id and kind, with the
+# new version's created_at and expires_at on its own event's row (the response).
 PUT_SQL = (
-    f"{_ADDRESS_LOCK_SQL}; WITH closed AS ({_CLOSE_ACTIVE}), version AS ("  # noqa: S608
+    f"{_ADDRESS_LOCK_SQL}; WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}), version AS ("  # noqa: S608
     "INSERT INTO memories (id, namespace, key, value_ciphertext, attributes, indexed_content, created_at, expires_at, "
     "state, index_status, index_attempts) SELECT %(id)s, %(namespace)s::text[], %(key)s, %(value)s, "
-    "%(attributes)s::jsonb, %(indexed_content)s::jsonb, %(now)s, %(expires_at)s, 'active', %(index_status)s, 0 "
-    "FROM (SELECT count(*) FROM closed) AS after_close RETURNING id, namespace, key, attributes, expires_at) "
+    f"%(attributes)s::jsonb, %(indexed_content)s::jsonb, {_NOW}, {_NOW} + make_interval(secs => %(ttl_seconds)s), "
+    "'active', %(index_status)s, 0 "
+    "FROM (SELECT count(*) FROM closed) AS after_close RETURNING id, namespace, key, attributes, created_at, expires_at), "
+    "appended AS ("
     + _append_events_sql(
         f"{_CLOSED_EVENTS} UNION ALL SELECT 1, %(event_id)s, id, namespace, key, "  # noqa: S608
         "CASE WHEN EXISTS (SELECT FROM closed WHERE state = 'superseded') THEN 'update' ELSE 'add' END, "
         "%(event_value)s, attributes, expires_at FROM version",
         after="version",
     )
+    + ") SELECT appended.memory_id, appended.kind, version.created_at, version.expires_at "
+    "FROM appended LEFT JOIN version ON version.id = appended.memory_id"
 )
-DELETE_SQL = f"{_ADDRESS_LOCK_SQL}; WITH closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(_CLOSED_EVENTS, "closed")
+DELETE_SQL = f"{_ADDRESS_LOCK_SQL}; WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(
+    _CLOSED_EVENTS, "closed"
+)
 # The expiry sweep, one batch. SKIP LOCKED lets several beat/worker processes sweep at once without double-expiring
 # a row or waiting on each other (nor on a writer holding a row).
 _DUE = _close_sql(
     "id IN (SELECT id FROM memories WHERE state = 'active' AND expires_at <= %(now)s "
-    "ORDER BY expires_at LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)"
+    "ORDER BY expires_at LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)",
+    "%(now)s",
 )
 EXPIRE_SQL = f"WITH closed AS ({_DUE}) " + _append_events_sql(_CLOSED_EVENTS, "closed")
 
 
-def write_params(namespace: list[str], key: str, now: datetime, closed_state: str) -> dict:
+def write_params(namespace: list[str], key: str, closed_state: str) -> dict:
     """The parameters PUT_SQL and DELETE_SQL share."""
     return {
         "lock_class": _ADDRESS_LOCK_CLASS,
         "address": json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False),
         "event_lock": _EVENT_ORDER_LOCK,
-        "now": now,
         "closed_state": closed_state,
         "namespace": namespace,
         "key": key,
@@ -187,26 +203,28 @@ def put_memory(
         {"namespace": namespace, "key": key, "value": value, "index": index, "context": policy_context(principal)}
     )
 
-    now = timezone.now()
     version_id, event_id = uuid.uuid4(), uuid.uuid4()
-    expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds else None
     params = {
-        **write_params(namespace, key, now, MemoryState.SUPERSEDED),
+        **write_params(namespace, key, MemoryState.SUPERSEDED),
         "id": version_id,
         "value": crypto.encrypt(serialized, purpose=VALUE_PURPOSE, row_id=str(version_id)),
         "attributes": json.dumps(attributes),
         "indexed_content": json.dumps(index) if index else None,
-        "expires_at": expires_at,
+        "ttl_seconds": ttl_seconds or None,
         "index_status": IndexStatus.PENDING if index else IndexStatus.NONE,
         "event_id": event_id,
         "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
     }
     with connection.cursor() as cursor:
         cursor.execute(PUT_SQL, params)
-        kind = next(kind for memory_id, kind in _last_result(cursor) if memory_id == version_id)
+        kind, created_at, expires_at = next(
+            (kind, created_at, expires_at)
+            for memory_id, kind, created_at, expires_at in _last_result(cursor)
+            if memory_id == version_id
+        )
     if index:
         transaction.on_commit(_enqueue_indexing)  # at once when committed already (no atomic() around us)
-    return WriteResult(version_id, namespace, key, attributes, now, expires_at, kind)
+    return WriteResult(version_id, namespace, key, attributes, created_at, expires_at, kind)
 
 
 def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bool:
@@ -214,7 +232,7 @@ def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bo
     past its expiry (invisible, not swept yet) records its expiry instead."""
     authorize(principal, "delete", namespace, key)
     with connection.cursor() as cursor:
-        cursor.execute(DELETE_SQL, write_params(namespace, key, timezone.now(), MemoryState.DELETED))
+        cursor.execute(DELETE_SQL, write_params(namespace, key, MemoryState.DELETED))
         return any(kind == EventKind.DELETE for _, kind in _last_result(cursor))
 
 
