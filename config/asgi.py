@@ -13,6 +13,13 @@ import os
 import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
+# A web process embeds only search queries, one batch at a time (apps.core.embeddings.local's batcher), beside the
+# other web workers and PostgreSQL on the same cores. With one torch thread per web process, instead of torch's
+# default of one per core, a lone semantic search answered faster (issue 12, 2 workers on 2 cores, four rounds
+# against three: c1 p50 19.5-21.7 ms against 22.9-23.7) and 16 concurrent ones no worse (113-150 against 114-147
+# searches/s, p95 163-174 against 162-177 ms). The Celery worker, which embeds documents in large batches, keeps
+# torch's default. An explicit EMBEDDING_TORCH_THREADS wins.
+os.environ.setdefault("EMBEDDING_TORCH_THREADS", "1")
 
 from django.core.asgi import get_asgi_application
 
