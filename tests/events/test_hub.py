@@ -10,12 +10,12 @@ import redis
 
 from apps.events import hub as hub_module
 from apps.events import streams
-from tests.events.conftest import PrivateValkey
+from config.embedded_services import RestartableValkey
 
 
 @pytest.fixture
 def valkey(tmp_path, settings):
-    server = PrivateValkey(tmp_path)
+    server = RestartableValkey(tmp_path)
     server.start()
     settings.REDIS_URL = server.url
     settings.SSE_BUFFER_EVENTS = 64

@@ -441,9 +441,10 @@ def test_disconnect_leaves_no_stream_or_redis_reader_behind(make_user, web_serve
 def test_streams_opened_right_after_a_redis_restart_are_served(make_user, tmp_path):
     """The server's pooled Redis connections all died with the restart; the next streams must not pay for it with a
     503 (each dead connection is replaced transparently), and they deliver again."""
-    from tests.events.conftest import PrivateValkey, User, WebServer, server_env
+    from config.embedded_services import RestartableValkey
+    from tests.events.conftest import User, WebServer, server_env
 
-    valkey = PrivateValkey(tmp_path)
+    valkey = RestartableValkey(tmp_path)
     valkey.start()
     web = None
     try:
