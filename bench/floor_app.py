@@ -1,6 +1,6 @@
 """The framework floor for /healthz (bench only, never routed by the service): one minimal DRF view on the service's
-own stack (gunicorn + uvicorn workers + a2wsgi + Django + DRF, same WSGI threads and GIL switch interval as
-config/asgi.py) with no middleware, no authentication and no database.
+own stack (gunicorn + uvicorn workers + the service's a2wsgi bridge, config.wsgi_bridge + Django + DRF, same WSGI
+threads and GIL switch interval as config/asgi.py) with no middleware, no authentication and no database.
 
 Served by bench/memories.py with the service's gunicorn flags: ``gunicorn --chdir bench floor_app:application``.
 """
@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+# Served with --chdir bench: the project's own packages (config.wsgi_bridge) are one level up.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from django.conf import settings
 
@@ -20,6 +24,9 @@ settings.configure(
     MIDDLEWARE=[],
     INSTALLED_APPS=["rest_framework"],
     USE_TZ=True,
+    # Read by config.wsgi_bridge for chunked bodies (never sent here): the service's defaults.
+    REQUEST_MAX_BODY_BYTES=2 * 1024 * 1024,
+    ATTACHMENT_MAX_BYTES=10 * 1024 * 1024,
     REST_FRAMEWORK={
         "DEFAULT_AUTHENTICATION_CLASSES": [],
         "DEFAULT_PERMISSION_CLASSES": [],
@@ -32,11 +39,12 @@ import django  # noqa: E402
 
 django.setup()
 
-from a2wsgi import WSGIMiddleware  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.urls import path  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
+
+from config.wsgi_bridge import CoalescingWSGIMiddleware, acknowledge_lifespan  # noqa: E402
 
 
 class Ok(APIView):
@@ -47,16 +55,11 @@ class Ok(APIView):
 urlpatterns = [path("healthz", Ok.as_view()), path("readyz", Ok.as_view())]
 
 sys.setswitchinterval(int(os.environ.get("GIL_SWITCH_INTERVAL_MS", "1")) / 1000)
-_wsgi = WSGIMiddleware(get_wsgi_application(), workers=int(os.environ.get("WSGI_THREADS", "16")))
+_wsgi = CoalescingWSGIMiddleware(get_wsgi_application(), workers=int(os.environ.get("WSGI_THREADS", "16")))
 
 
 async def application(scope, receive, send) -> None:
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await acknowledge_lifespan(receive, send)
+        return
     await _wsgi(scope, receive, send)

@@ -28,7 +28,7 @@ _django_asgi = get_asgi_application()
 
 from config.env import env_int  # noqa: E402
 from config.wsgi import application as wsgi_application  # noqa: E402
-from config.wsgi_bridge import CoalescingWSGIMiddleware  # noqa: E402
+from config.wsgi_bridge import CoalescingWSGIMiddleware, acknowledge_lifespan  # noqa: E402
 
 # Threads per process serving the REST API: each holds at most one database connection.
 WSGI_THREADS = env_int("WSGI_THREADS", 16)
@@ -58,14 +58,8 @@ _load_native_routes()
 
 async def application(scope, receive, send) -> None:
     if scope["type"] == "lifespan":
-        # Nothing to start or stop per worker; acknowledge so servers that probe lifespan don't warn.
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await acknowledge_lifespan(receive, send)
+        return
     native = _native_routes.get(scope.get("path", "")) if scope["type"] == "http" else None
     if native is not None:
         await native(scope, receive, send)

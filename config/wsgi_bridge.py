@@ -162,6 +162,18 @@ async def _spool(receive, limit: int, into: IO[bytes]) -> tuple[IO[bytes], int]:
     return into, size
 
 
+async def acknowledge_lifespan(receive, send) -> None:
+    """Answer an ASGI lifespan scope: nothing to start or stop per worker, acknowledged so servers that probe
+    lifespan do not warn."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 class CoalescingWSGIMiddleware(WSGIMiddleware):
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":

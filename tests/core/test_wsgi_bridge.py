@@ -238,3 +238,19 @@ def test_32_concurrent_clients_each_get_their_own_response(live_service) -> None
     with ThreadPoolExecutor(max_workers=32) as pool:
         problems = [p for result in pool.map(client, range(32)) for p in result]
     assert problems == []
+
+
+def test_lifespan_is_acknowledged_start_and_stop() -> None:
+    from config.wsgi_bridge import acknowledge_lifespan
+
+    incoming = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return incoming.pop(0)
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(acknowledge_lifespan(receive, send))
+    assert sent == [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
