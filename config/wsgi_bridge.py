@@ -108,10 +108,11 @@ class CoalescingResponder(WSGIResponder):
                 self._pending_start = None
                 self.loop.call_soon_threadsafe(_queue_all, self.send_queue, messages)
                 return
-            self._flush_start()
+            # A generator application may call start_response only once iterated: the start goes before the first
+            # chunk, or before the end of an empty body.
             for chunk in iterable:
-                self.send({"type": "http.response.body", "body": chunk, "more_body": True})
-            self._flush_start()  # an empty iterable: the start still goes first
+                self._write(chunk)
+            self._flush_start()
             self.send({"type": "http.response.body", "body": b""})
         finally:
             getattr(iterable, "close", lambda: None)()

@@ -103,6 +103,17 @@ def test_a_streaming_response_is_sent_chunk_by_chunk_and_ends_with_an_empty_body
     assert [m.get("more_body", False) for m in sent[1:]] == [True, True, False]
 
 
+def test_a_generator_application_that_starts_its_response_when_iterated_still_starts_first() -> None:
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])  # runs at the first next(), not at the call
+        yield b"one"
+        yield b"two"
+
+    sent, _ = _run(app, headers=_length(0))
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "http.response.body", "http.response.body"]
+    assert [m.get("body") for m in sent[1:]] == [b"one", b"two", b""]
+
+
 def test_an_empty_streaming_response_still_starts_before_it_ends() -> None:
     sent, _ = _run(_echo_app(True, chunks_out=[]), headers=_length(0))
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
