@@ -26,7 +26,7 @@ from django.db import connection
 
 
 class PreparedCursor:
-    """``execute`` prepares on first use per connection; fetch methods are psycopg's."""
+    """``execute`` prepares on first use per connection; ``fetchone`` is psycopg's."""
 
     def __init__(self, raw: psycopg.Cursor) -> None:
         self._raw = raw
@@ -47,13 +47,6 @@ class PreparedCursor:
 
     def fetchone(self) -> tuple | None:
         return self._raw.fetchone()
-
-    def fetchall(self) -> list[tuple]:
-        return self._raw.fetchall()
-
-    @property
-    def rowcount(self) -> int:
-        return self._raw.rowcount
 
 
 @contextmanager
