@@ -114,6 +114,10 @@ def test_racing_writers_on_a_new_address_all_succeed(bob_http):
     versions = Memory.objects.filter(namespace=NAMESPACE, key=KEY).order_by("created_at")
     assert {str(version.id) for version in versions} == {version_id for _, version_id in results}
     assert [version.state for version in versions] == ["superseded"] * (CLIENTS - 1) + ["active"]
+    # ...and the history is continuous: each version ends at the moment its successor begins, later than it began.
+    for earlier, later in zip(versions, versions[1:], strict=False):
+        assert earlier.created_at < later.created_at
+        assert earlier.ended_at == later.created_at
 
 
 @pytest.mark.parametrize("final", ["put", "delete"])
