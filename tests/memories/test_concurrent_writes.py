@@ -7,6 +7,7 @@ committed write wins, and the event timeline reads as one consistent history.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -115,7 +116,7 @@ def test_racing_writers_on_a_new_address_all_succeed(bob_http):
     assert {str(version.id) for version in versions} == {version_id for _, version_id in results}
     assert [version.state for version in versions] == ["superseded"] * (CLIENTS - 1) + ["active"]
     # ...and the history is continuous: each version ends at the moment its successor begins, later than it began.
-    for earlier, later in zip(versions, versions[1:], strict=False):
+    for earlier, later in itertools.pairwise(versions):
         assert earlier.created_at < later.created_at
         assert earlier.ended_at == later.created_at
 
