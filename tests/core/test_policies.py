@@ -707,9 +707,72 @@ def test_policy_with_non_deterministic_builtin_is_never_cached(tmp_path, monkeyp
     assert len(calls) == 3
 
 
-def test_large_inputs_bypass_the_cache(builtin, monkeypatch):
+def test_large_inputs_bypass_the_cache(tmp_path, monkeypatch):
+    # A rule that reads the value keys on it; a value this large is evaluated every time instead of filling the cache.
+    engine = custom_engine(tmp_path / "p", authz=FLAG_AUTHZ.replace("input.flag", "input.value.flag"))
     calls = _count_queries(monkeypatch)
-    data = {**authz_input(["user", "alice"], operation="write"), "value": {"text": "x" * 10_000}}
+    data = {**authz_input(["user", "alice"], operation="write"), "value": {"flag": True, "text": "x" * 10_000}}
     for _ in range(2):
-        assert builtin.authorize(data) == ALLOWED
+        assert engine.authorize(data) == ALLOWED
     assert len(calls) == 2
+
+
+def test_writes_reuse_decisions_whatever_their_key_and_value(builtin, monkeypatch):
+    # The built-in authz.rego and attributes.rego read only namespace and context: a new key or value is no reason
+    # to evaluate again.
+    calls = _count_queries(monkeypatch)
+    for n in range(5):
+        data = {**authz_input(["user", "alice", "notes"], operation="write"), "key": f"k{n}"}
+        data["value"] = {"text": "x" * (n * 3000), "n": n}
+        assert builtin.authorize(data) == ALLOWED
+        assert builtin.attributes(data) == {"namespace": "user", "sub": "alice"}
+    assert sorted(calls) == ["memories/attributes/attributes", "memories/authz/decision"]
+    assert builtin.authorize(authz_input(["user", "bob"], operation="write")) == DENIED  # another namespace
+    assert builtin.authorize(authz_input(["user", "alice", "notes"], operation="write", user="bob")) == DENIED
+    assert len(calls) == 4
+
+
+def test_cached_decisions_do_not_keep_the_request(builtin):
+    import gc
+
+    from apps.core.policy.regopy_engine import _DecisionKey
+
+    value = {"text": "x" * 100_000}
+    builtin.authorize({**authz_input(["user", "alice"], operation="write"), "value": value})
+    keys = [obj for obj in gc.get_objects() if type(obj) is _DecisionKey]
+    assert keys and not [key for key in keys if key.input is not None and key.input.get("value") is value]
+
+
+# Policies that read the input in every way the reference scanner must follow. Each is checked against uncached
+# evaluation on inputs that differ in one field at a time: a field the scanner missed shows up as a stale decision.
+TRICKY_AUTHZ = {
+    "field": 'decision := {"allow": input.value.flag == true}',
+    "string key": 'decision := {"allow": input["value"]["flag"] == true}',
+    "import alias": 'import input.value as v\ndecision := {"allow": v.flag == true}',
+    "whole input": 'decision := {"allow": object.get(input, ["value", "flag"], false) == true}',
+    "iteration": 'decision := {"allow": true} if { some k, v in input; k == "value"; v.flag == true }\n'
+    'default decision := {"allow": false}',
+    "helper package": 'import data.memories.helpers\ndecision := {"allow": helpers.flagged}',
+    "after a string": 'decision := {"allow": x} if { s := "#"; x := input.value.flag == true }',
+    "key only": 'decision := {"allow": input.key == "k1"}',
+}
+HELPERS = "package memories.helpers\nimport rego.v1\nflagged := input.value.flag == true\n"
+
+
+@pytest.mark.parametrize("name", sorted(TRICKY_AUTHZ))
+def test_cached_decisions_match_uncached_evaluation(tmp_path, name):
+    # The helper package stands in attributes.rego's place: the three files are what compiles together.
+    engine = custom_engine(
+        tmp_path / "p", authz=f"package memories.authz\nimport rego.v1\n{TRICKY_AUTHZ[name]}\n", attributes=HELPERS
+    )
+    inputs = []
+    for flag in (True, False, None):
+        for key in ("k1", "k2"):
+            data = {**authz_input(["user", "alice"], operation="write"), "key": key, "value": {"flag": flag}}
+            if flag is None:
+                del data["value"]
+            inputs.append(data)
+    for data in inputs * 2:  # the second pass answers from the cache wherever the rule allows it
+        uncached = engine._evaluate_now("authz", data)[0]
+        expected = False if uncached is policy_engine.UNDEFINED else uncached["allow"]
+        assert engine.authorize(data).allow is expected, data

@@ -32,7 +32,7 @@ from apps.core.native import preload_before_regopy
 preload_before_regopy()
 import regopy  # noqa: E402
 
-from apps.core.policy import _rego_io  # noqa: E402
+from apps.core.policy import _rego_io, _rego_refs  # noqa: E402
 from apps.core.policy.engine import (  # noqa: E402
     AUTHZ,
     ENTRYPOINTS,
@@ -63,13 +63,21 @@ class _Generation:
         (the clock, randomness, the network, the runtime): only then may a decision be reused (see _DecisionKey)."""
         return not any(_NONDETERMINISTIC.search(text) for _, text in self.sources)
 
+    @functools.cached_property
+    def read_fields(self) -> dict[str, _rego_refs.Fields]:
+        """Per rule, the top-level input fields its decision can depend on (None: all of them), so the decision
+        cache keys on those alone (see _rego_refs)."""
+        texts = [text for _, text in self.sources]
+        return {rule: _rego_refs.rule_fields(entrypoint, texts) for rule, entrypoint in ENTRYPOINTS.items()}
+
 
 # Built-ins whose result for the same input can change between calls. A policy naming any of them is never cached.
 _NONDETERMINISTIC = re.compile(
     r"\b(time\.now_ns|rand\.|uuid\.|http\.send|opa\.runtime|net\.|io\.jwt\.decode_verify|trace\b|print\b)"
 )
-# Inputs whose text is longer than this are evaluated without the cache: writes carrying a whole memory value are
-# unique anyway, and the bound keeps the cache small (_DECISION_CACHE_SIZE keys of at most this many characters).
+# Inputs whose key text (the fields the rule reads) is longer than this are evaluated without the cache: a write's
+# whole value, when a rule reads it, is unique anyway, and the bound keeps the cache small (_DECISION_CACHE_SIZE keys
+# of at most this many characters).
 _CACHE_MAX_INPUT_CHARS = 4096
 _DECISION_CACHE_SIZE = 2048
 
@@ -82,14 +90,17 @@ class _GenerationChanged(Exception):
 
 class _DecisionKey:
     """A cache key that is provably the same decision: the same compiled policy generation, the same rule, and the
-    same input. ``repr`` of JSON-shaped values (dict, list, tuple, str, int, float, bool, None) determines the value
-    exactly, including types (1 vs 1.0 vs True, str vs int keys) and float bits; any other type is refused by the
-    evaluation (_rego_io), which raises, and failures are never cached. Rego evaluation is a pure function of
-    (policy, input) when the policy calls no non-deterministic built-in (_Generation.deterministic)."""
+    same input as far as the rule can read it. ``text`` is the ``repr`` of the input's fields the rule can read
+    (_Generation.read_fields; the whole input when the rule may read all of it). ``repr`` of JSON-shaped values
+    (dict, list, tuple, str, int, float, bool, None) determines the value exactly, including types (1 vs 1.0 vs
+    True, str vs int keys) and float bits; any other type is refused by the evaluation (_rego_io), which raises, and
+    failures are never cached. Rego evaluation is a pure function of (policy, input) when the policy calls no
+    non-deterministic built-in (_Generation.deterministic), and a rule's value cannot change with fields it never
+    reads. A miss evaluates the whole input, then lets go of it: the cache keeps only the text."""
 
     __slots__ = ("generation", "hash", "input", "rule", "text")
 
-    def __init__(self, generation: int, rule: str, input: dict[str, Any], text: str) -> None:
+    def __init__(self, generation: int, rule: str, input: dict[str, Any] | None, text: str) -> None:
         self.generation, self.rule, self.input, self.text = generation, rule, input, text
         self.hash = hash((generation, rule, text))
 
@@ -254,7 +265,8 @@ class RegopyEngine(PolicyEngine):
         self._maybe_reload()
         generation = self._generation
         if generation is not None and generation.deterministic:
-            text = repr(input)
+            fields = generation.read_fields[rule]
+            text = repr(input if fields is None else {name: input[name] for name in sorted(fields) if name in input})
             if len(text) <= _CACHE_MAX_INPUT_CHARS:
                 try:
                     cached = self._cached_value(_DecisionKey(generation.id, rule, input, text))
@@ -265,6 +277,7 @@ class RegopyEngine(PolicyEngine):
 
     def _evaluate_as_json(self, key: _DecisionKey) -> str | None:
         value, generation_id = self._evaluate_now(key.rule, key.input)
+        key.input = None  # the stored key must not hold a request's whole value
         if generation_id != key.generation:
             # The policies were reloaded between building the key and evaluating: the answer is the new policies'
             # (as it would be uncached) but must not be stored under the old generation's key.
