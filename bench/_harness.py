@@ -681,6 +681,21 @@ def execute_prepared(conn: Any, sql: str, params: Sequence[Any]) -> Any:
     return psycopg.Cursor(conn).execute(sql, params, prepare=True)
 
 
+def execute_pipelined(conn: Any, statements: Sequence[str], params: Any) -> list[tuple]:
+    """Statements the service runs through apps.core.db.prepared.run_pipelined: one round trip, one implicit
+    transaction, prepared; the rows of the last."""
+    import psycopg
+
+    sink = getattr(conn.cursor_factory, "sink", None)
+    cursors = []
+    with conn.pipeline():
+        for sql in statements:
+            if sink is not None:
+                sink.append(psycopg.ClientCursor(conn).mogrify(sql, params))
+            cursors.append(psycopg.Cursor(conn).execute(sql, params, prepare=True))
+    return cursors[-1].fetchall()
+
+
 class PgWorker:
     """A floor thread's own database connection; ``fn(conn, i)`` performs operation i."""
 

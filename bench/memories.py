@@ -164,7 +164,7 @@ class Floor:
     def put(self, conn: Any, item: Item, size: int) -> None:
         from apps.memories import services
 
-        # services.put_memory: one query (address lock; close + insert + event), one implicit transaction.
+        # services.put_memory: address lock, then close + insert + event; one pipeline, one implicit transaction.
         version_id, event_id = uuid.uuid4(), uuid.uuid4()
         params = {
             **services.write_params(item.namespace, item.key, "superseded"),
@@ -177,20 +177,12 @@ class Floor:
             "event_id": event_id,
             "event_value": os.urandom(size),
         }
-        cur = conn.cursor()
-        cur.execute(services.PUT_SQL, params)
-        while cur.nextset():
-            pass
-        cur.fetchall()
+        h.execute_pipelined(conn, services.PUT_STATEMENTS, params)
 
     def delete(self, conn: Any, item: Item) -> None:
         from apps.memories import services
 
-        cur = conn.cursor()
-        cur.execute(services.DELETE_SQL, services.write_params(item.namespace, item.key, "deleted"))
-        while cur.nextset():
-            pass
-        cur.fetchall()
+        h.execute_pipelined(conn, services.DELETE_STATEMENTS, services.write_params(item.namespace, item.key, "deleted"))
 
     def get(self, conn: Any, item: Item) -> Any:
         from apps.memories import selectors

@@ -1,4 +1,4 @@
-"""Memory writes: upsert, delete, expiry. Each is one transaction (one query, see below) that also appends its
+"""Memory writes: upsert, delete, expiry. Each is one transaction (one round trip, see below) that also appends its
 timeline events.
 
 Policies run before the transaction (authorization and attribute derivation never hold row locks); encryption
@@ -12,7 +12,6 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -20,11 +19,9 @@ from django.utils import timezone
 
 from apps.core import crypto, errors
 from apps.core.auth.principal import Principal
+from apps.core.db.prepared import run_pipelined
 from apps.core.policy import get_engine, policy_context
 from apps.memories.models import EventKind, IndexStatus, MemoryEvent, MemoryState
-
-if TYPE_CHECKING:
-    from django.db.backends.utils import CursorWrapper
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +59,12 @@ class WriteResult:
 
 # --- The write path's SQL -------------------------------------------------------------------------------------------
 #
-# Each write is one query of raw SQL, so one round trip: building and compiling the four ORM statements it used to
-# send was ~40% of a PUT's CPU, and every round trip the web process waits on costs it CPU too. The query travels
-# over the simple protocol (client-side binding, Django's default for psycopg 3), where several statements in one
-# query run as one transaction (the implicit transaction block; inside a caller's atomic() they join that
-# transaction instead), and under READ COMMITTED each statement takes its own snapshot. A write is two statements:
+# Each write is one round trip of raw SQL: building and compiling the four ORM statements it used to send was ~40%
+# of a PUT's CPU, and every round trip the web process waits on costs it CPU too. Its statements travel together in
+# one pipeline (apps.core.db.prepared.run_pipelined), prepared: planning the PUT's statement afresh cost PostgreSQL
+# more CPU than running it. Outside a caller's atomic() they are one implicit transaction, ended by the pipeline's
+# Sync; inside one they join it. Under READ COMMITTED each statement takes its own snapshot. A write is two
+# statements:
 #
 # 1. The per-address advisory lock (_ADDRESS_LOCK_SQL), always first.
 # 2. One statement that closes the active version, inserts the new one (PUT), and appends the events last, under the
@@ -136,7 +134,7 @@ _CLOSE_ACTIVE = _close_sql("namespace = %(namespace)s::text[] AND key = %(key)s 
 # the partial unique index before the new one enters it. Its last rows: each event's memory_id and kind, with the
 # new version's created_at and expires_at on its own event's row (the response).
 PUT_SQL = (
-    f"{_ADDRESS_LOCK_SQL}; WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}), version AS ("  # noqa: S608
+    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}), version AS ("  # noqa: S608
     "INSERT INTO memories (id, namespace, key, value_ciphertext, attributes, indexed_content, created_at, expires_at, "
     "state, index_status, index_attempts) SELECT %(id)s, %(namespace)s::text[], %(key)s, %(value)s, "
     f"%(attributes)s::jsonb, %(indexed_content)s::jsonb, {_NOW}, {_NOW} + make_interval(secs => %(ttl_seconds)s), "
@@ -152,8 +150,10 @@ PUT_SQL = (
     + ") SELECT appended.memory_id, appended.kind, version.created_at, version.expires_at "
     "FROM appended LEFT JOIN version ON version.id = appended.memory_id"
 )
-DELETE_SQL = f"{_ADDRESS_LOCK_SQL}; WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(
-    _CLOSED_EVENTS, "closed"
+PUT_STATEMENTS = (_ADDRESS_LOCK_SQL, PUT_SQL)
+DELETE_STATEMENTS = (
+    _ADDRESS_LOCK_SQL,
+    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(_CLOSED_EVENTS, "closed"),
 )
 # The expiry sweep, one batch. SKIP LOCKED lets several beat/worker processes sweep at once without double-expiring
 # a row or waiting on each other (nor on a writer holding a row).
@@ -166,7 +166,7 @@ EXPIRE_SQL = f"WITH closed AS ({_DUE}) " + _append_events_sql(_CLOSED_EVENTS, "c
 
 
 def write_params(namespace: list[str], key: str, closed_state: str) -> dict:
-    """The parameters PUT_SQL and DELETE_SQL share."""
+    """The parameters PUT_STATEMENTS and DELETE_STATEMENTS share."""
     return {
         "lock_class": _ADDRESS_LOCK_CLASS,
         "address": json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False),
@@ -175,13 +175,6 @@ def write_params(namespace: list[str], key: str, closed_state: str) -> dict:
         "namespace": namespace,
         "key": key,
     }
-
-
-def _last_result(cursor: CursorWrapper) -> list[tuple]:
-    """The rows of a query's last statement (psycopg keeps one result per statement)."""
-    while cursor.nextset():
-        pass
-    return cursor.fetchall()
 
 
 def put_memory(
@@ -215,13 +208,11 @@ def put_memory(
         "event_id": event_id,
         "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
     }
-    with connection.cursor() as cursor:
-        cursor.execute(PUT_SQL, params)
-        kind, created_at, expires_at = next(
-            (kind, created_at, expires_at)
-            for memory_id, kind, created_at, expires_at in _last_result(cursor)
-            if memory_id == version_id
-        )
+    kind, created_at, expires_at = next(
+        (kind, created_at, expires_at)
+        for memory_id, kind, created_at, expires_at in run_pipelined(PUT_STATEMENTS, params)
+        if memory_id == version_id
+    )
     if index:
         transaction.on_commit(_enqueue_indexing)  # at once when committed already (no atomic() around us)
     return WriteResult(version_id, namespace, key, attributes, created_at, expires_at, kind)
@@ -231,9 +222,8 @@ def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bo
     """Idempotent (D4): 204 whenever authorized; an event only when an active record was deleted. A record already
     past its expiry (invisible, not swept yet) records its expiry instead."""
     authorize(principal, "delete", namespace, key)
-    with connection.cursor() as cursor:
-        cursor.execute(DELETE_SQL, write_params(namespace, key, MemoryState.DELETED))
-        return any(kind == EventKind.DELETE for _, kind in _last_result(cursor))
+    rows = run_pipelined(DELETE_STATEMENTS, write_params(namespace, key, MemoryState.DELETED))
+    return any(kind == EventKind.DELETE for _, kind in rows)
 
 
 def expire_due_memories(batch_size: int | None = None) -> int:

@@ -7,7 +7,7 @@ import pytest
 from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.db.prepared import prepared_cursor
+from apps.core.db.prepared import prepared_cursor, run_pipelined
 from apps.memories.selectors import GET_MEMORY_SQL
 from tests.memories.conftest import get, put_ok
 
@@ -56,3 +56,49 @@ def test_prepared_statements_show_in_the_query_log() -> None:
 def test_database_errors_are_django_errors() -> None:
     with pytest.raises(DatabaseError), prepared_cursor() as cursor:
         cursor.execute("SELECT 1 / %s::int", [0])
+
+
+# --- run_pipelined: several statements, one round trip, one transaction --------------------------------------------
+
+_MARK = "SELECT set_config('test.pipeline_mark', %(mark)s, true)"  # true: only until the transaction ends
+_READ_MARK = "SELECT current_setting('test.pipeline_mark', true)"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pipelined_statements_are_one_transaction_outside_atomic() -> None:
+    assert connection.get_autocommit()
+    assert run_pipelined([_MARK, _READ_MARK], {"mark": "same transaction"}) == [("same transaction",)]
+    assert run_pipelined([_READ_MARK], {}) in ([("",)], [(None,)])  # ended with the pipeline
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_statement_rolls_back_the_ones_before_it() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE pipeline_probe (n int)")
+    try:
+        with pytest.raises(DatabaseError):
+            run_pipelined(["INSERT INTO pipeline_probe VALUES (%(n)s)", "SELECT 1 / (%(n)s - 1)"], {"n": 1})
+        run_pipelined(["INSERT INTO pipeline_probe VALUES (%(n)s)", "SELECT 1 / (%(n)s - 1)"], {"n": 2})
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT n FROM pipeline_probe")
+            assert cursor.fetchall() == [(2,)]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE pipeline_probe")
+
+
+def test_inside_atomic_they_join_the_callers_transaction() -> None:
+    assert connection.in_atomic_block
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('test.pipeline_mark', 'outer', true)")
+    assert run_pipelined([_READ_MARK], {}) == [("outer",)]
+
+
+def test_pipelined_statements_run_prepared_and_logged(settings) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        assert run_pipelined(["SELECT %(n)s::int + 1", "SELECT %(n)s::int + 2"], {"n": 40}) == [(42,)]
+    assert [query["sql"] for query in captured.captured_queries[-2:]] == ["SELECT 40::int + 1", "SELECT 40::int + 2"]
+    assert "SELECT $1::int + 2" in _prepared_statements()
+    settings.DB_PREPARED_STATEMENTS = False
+    assert run_pipelined(["SELECT %(n)s::int + 3"], {"n": 40}) == [(43,)]
+    assert "SELECT $1::int + 3" not in _prepared_statements()
