@@ -296,6 +296,9 @@ MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
 POLICY_ENGINE = env_str("POLICY_ENGINE", "embedded")  # embedded (regopy, in-process) | opa (sidecar REST Data API)
 SERVICE_POLICY_DIR = env_str("SERVICE_POLICY_DIR", "")  # also `manage.py --policy-dir DIR`; empty = built-ins only
 BUILTIN_POLICY_DIR = BASE_DIR / "policies"
+# Compiled Rego interpreters per process for the embedded engine (apps.core.policy.regopy_engine): evaluations beyond
+# this many at once wait; each holds ~0.8 MB.
+POLICY_INTERPRETERS = env_int("POLICY_INTERPRETERS", 4)
 OPA_URL = env_str("OPA_URL", "http://127.0.0.1:8181")
 OPA_TIMEOUT_SECONDS = float(env_str("OPA_TIMEOUT_SECONDS", "2"))
 
