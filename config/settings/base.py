@@ -7,6 +7,7 @@ variables with their defaults.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from config.env import env_bool, env_int, env_list, env_str
@@ -20,7 +21,6 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
 PORT = env_int("PORT", 8080)
 
 INSTALLED_APPS = [
-    "daphne",  # `manage.py runserver` serves config.asgi (SSE included) during development
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -40,6 +40,11 @@ INSTALLED_APPS = [
     "apps.attachments",
     "apps.events",
 ]
+# daphne's app only makes `manage.py runserver` serve config.asgi (SSE included) during development. Importing it
+# loads Twisted and Autobahn, ~22 MB in every process (web, worker) that never uses them (issue 12): only runserver
+# gets it, first so its runserver replaces Django's.
+if sys.argv[1:2] == ["runserver"]:
+    INSTALLED_APPS.insert(0, "daphne")
 
 MIDDLEWARE = [
     "apps.core.middleware.RequestContextMiddleware",
