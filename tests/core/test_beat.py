@@ -1,4 +1,4 @@
-"""The beat process (Procfile: ``celery -A config.beat beat``) sends the schedule without setting Django up."""
+"""The beat process (Procfile: ``python -m config.beat``) sends the schedule without setting Django up."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def test_beat_app_does_not_set_django_up() -> None:
         "app.loader.init_worker()\n"
         "app.finalize()\n"
         "from django.apps import apps\n"
-        "print(json.dumps({'ready': apps.ready, 'schedule': sorted(app.conf.beat_schedule),\n"
-        "                  'loaded': [m for m in ('rest_framework', 'apps.memories.models', 'torch') if m in sys.modules]}))\n"
+        "print(json.dumps({'ready': apps.ready, 'schedule': sorted(app.conf.beat_schedule), 'loaded': [m for m in\n"
+        "    ('rest_framework', 'apps.memories.models', 'torch', 'celery.bin.celery') if m in sys.modules]}))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe],
@@ -49,8 +49,7 @@ def test_beat_sends_scheduled_tasks_by_name(tmp_path) -> None:
     client = redis.Redis.from_url(broker)
     client.delete("celery")
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config.beat", "beat", "--loglevel", "INFO",
-         "--schedule", str(tmp_path / "beat-schedule")],
+        [sys.executable, "-m", "config.beat", "--loglevel", "INFO", "--schedule", str(tmp_path / "beat-schedule")],
         env=service_env(
             DJANGO_SETTINGS_MODULE="config.settings.embedded",
             REDIS_URL=broker,
