@@ -1,4 +1,5 @@
-"""The beat process (Procfile: ``python -m config.beat``) sends the schedule without setting Django up."""
+"""The Procfile's Celery processes: beat (``python -m config.beat``) sends the schedule without setting Django up;
+the worker (``python -m config.worker``) runs tasks without Celery's command line."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import subprocess
 import sys
 import time
 
+import pytest
 import redis
 from django.conf import settings
 
-from tests.celery_workers import broker_url
+from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 from tests.conftest import service_env
 
 
@@ -77,3 +79,19 @@ def test_beat_sends_scheduled_tasks_by_name(tmp_path) -> None:
             process.wait()
         client.delete("celery")
         client.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_started_as_the_procfile_does_runs_tasks(tmp_path) -> None:
+    from config.celery import app
+
+    broker = broker_url()
+    worker, log = start_worker(tmp_path, "procfile", broker, beat=False, procfile_command=True)
+    try:
+        with app.connection_for_write(url=broker) as conn:
+            app.send_task("apps.memories.tasks.prune_memory_events", connection=conn)
+        wait_for(lambda: b"succeeded" in log.read_bytes(), 90, "the worker to run the task", [log])
+        text = log.read_text(errors="replace")
+        assert "prune_memory_events" in text
+    finally:
+        kill_group(worker, signal.SIGTERM)
