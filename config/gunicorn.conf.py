@@ -30,6 +30,14 @@ def when_ready(server) -> None:
         from django.db import connections
 
         connections.close_all()
+        # What each worker would otherwise import for itself when it starts serving: uvicorn's protocol and loop
+        # implementations (the "auto" modules pick and import httptools, websockets, uvloop) and the Celery/kombu
+        # modules the first indexing request (task.delay) loads; imported here, the workers share them (issue 12).
+        import celery.app.amqp  # noqa: F401
+        import kombu.transport.redis  # noqa: F401
+        import uvicorn.loops.auto
+        import uvicorn.protocols.http.auto
+        import uvicorn.protocols.websockets.auto  # noqa: F401
 
 
 def pre_fork(server, worker) -> None:

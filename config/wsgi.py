@@ -15,5 +15,10 @@ if os.environ.get("WEB_PRELOAD_MASTER_PID") == str(os.getpid()):
     # gunicorn's master, importing the application for its workers (config/gunicorn.conf.py): load the embedding
     # model for the workers to share; each adopts it after the fork (post_fork).
     startup.preload_embedder_for_fork()
+    # The URLconf, and with it every view, serializer and service module, which Django otherwise imports at each
+    # worker's first request: one copy shared copy-on-write instead of one per worker (issue 12).
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018  (the property imports the URLconf)
 else:
     startup.warm_up_embedder()

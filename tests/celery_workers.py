@@ -25,9 +25,17 @@ def broker_url() -> str:
 
 
 def start_worker(
-    tmp_path: Path, name: str, broker: str, *, beat: bool = True, pool: str = "threads", **env: str
+    tmp_path: Path,
+    name: str,
+    broker: str,
+    *,
+    beat: bool = True,
+    pool: str = "threads",
+    procfile_command: bool = False,
+    **env: str,
 ) -> tuple[subprocess.Popen, Path]:
-    """A real Celery worker; ``pool`` defaults to the Procfile's (threads: one process embeds)."""
+    """A real Celery worker; ``pool`` defaults to the Procfile's (threads: one process embeds). With
+    ``procfile_command``, started as the Procfile starts it (``python -m config.worker``; no beat)."""
     from psycopg.conninfo import make_conninfo
 
     connection.ensure_connection()
@@ -50,7 +58,10 @@ def start_worker(
         sys.executable, "-m", "celery", "-A", "config", "worker",
         "--pool", pool, "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
     ]
-    if beat:
+    if procfile_command:
+        assert not beat, "python -m config.worker runs no embedded beat"
+        command = [sys.executable, "-m", "config.worker", "--pool", pool, "--concurrency", "1", "--loglevel", "INFO"]
+    elif beat:
         command += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
     with open(log, "wb") as output:
         process = subprocess.Popen(

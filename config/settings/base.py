@@ -7,6 +7,7 @@ variables with their defaults.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from config.env import env_bool, env_int, env_list, env_str
@@ -20,7 +21,6 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
 PORT = env_int("PORT", 8080)
 
 INSTALLED_APPS = [
-    "daphne",  # `manage.py runserver` serves config.asgi (SSE included) during development
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -40,6 +40,11 @@ INSTALLED_APPS = [
     "apps.attachments",
     "apps.events",
 ]
+# daphne's app only makes `manage.py runserver` serve config.asgi (SSE included) during development. Importing it
+# loads Twisted and Autobahn, ~22 MB in every process (web, worker) that never uses them (issue 12): only runserver
+# gets it, first so its runserver replaces Django's.
+if sys.argv[1:2] == ["runserver"]:
+    INSTALLED_APPS.insert(0, "daphne")
 
 MIDDLEWARE = [
     "apps.core.middleware.RequestContextMiddleware",
@@ -296,6 +301,9 @@ MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
 POLICY_ENGINE = env_str("POLICY_ENGINE", "embedded")  # embedded (regopy, in-process) | opa (sidecar REST Data API)
 SERVICE_POLICY_DIR = env_str("SERVICE_POLICY_DIR", "")  # also `manage.py --policy-dir DIR`; empty = built-ins only
 BUILTIN_POLICY_DIR = BASE_DIR / "policies"
+# Compiled Rego interpreters per process for the embedded engine (apps.core.policy.regopy_engine): evaluations beyond
+# this many at once wait; each holds ~0.8 MB.
+POLICY_INTERPRETERS = env_int("POLICY_INTERPRETERS", 4)
 OPA_URL = env_str("OPA_URL", "http://127.0.0.1:8181")
 OPA_TIMEOUT_SECONDS = float(env_str("OPA_TIMEOUT_SECONDS", "2"))
 

@@ -226,6 +226,33 @@ def test_concurrent_evaluations_are_correct(builtin):
     assert failures == []
 
 
+def test_concurrent_evaluations_share_a_bounded_pool_of_interpreters(monkeypatch):
+    # Each compiled interpreter holds ~0.8 MB: 8 threads evaluating at once build at most `interpreters` of them.
+    from apps.core.policy import regopy_engine
+
+    engine = RegopyEngine(None, BUILTIN, interpreters=2)
+    engine.load()  # as at start-up (check_or_die)
+    compiled = []
+    real_compile = regopy_engine._compile
+    monkeypatch.setattr(regopy_engine, "_compile", lambda sources: compiled.append(1) or real_compile(sources))
+    failures: list[str] = []
+
+    def worker(n: int) -> None:
+        for i in range(100):
+            namespace = ["user", f"user{n}", f"x{i}"]  # a new input each call: evaluated, not answered from the cache
+            if not engine.authorize(authz_input(namespace, user=f"user{n}")).allow:
+                failures.append(f"user{n} {namespace}")
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert 1 <= len(compiled) <= 2
+    assert len(engine._idle) == len(compiled)
+
+
 # --- custom directories: per-file fallback, reload, compile errors -----------------------------------------------
 
 SHARED_AUTHZ = """

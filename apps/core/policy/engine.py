@@ -247,15 +247,16 @@ def _config_key() -> tuple[Any, ...]:
         str(settings.BUILTIN_POLICY_DIR),
         settings.OPA_URL,
         settings.OPA_TIMEOUT_SECONDS,
+        settings.POLICY_INTERPRETERS,
     )
 
 
 def _build(key: tuple[Any, ...]) -> PolicyEngine:
-    kind, policy_dir, builtin_dir, opa_url, opa_timeout = key
+    kind, policy_dir, builtin_dir, opa_url, opa_timeout, interpreters = key
     if kind == "embedded":
         from apps.core.policy.regopy_engine import RegopyEngine
 
-        return RegopyEngine(policy_dir or None, builtin_dir)
+        return RegopyEngine(policy_dir or None, builtin_dir, interpreters=interpreters)
     if kind == "opa":
         from apps.core.policy.opa_engine import OpaEngine
 

@@ -5,9 +5,11 @@ file of the same name (BUILTIN_POLICY_DIR, the repository's policies/) when miss
 together into one bundle with one entrypoint per rule, so a policy may use helpers from another file.
 
 Threads: a regopy ``Interpreter`` holds the current input as mutable state and its ctypes calls release the GIL, so
-one interpreter cannot serve two threads. Each thread therefore keeps its own interpreter, and its own bundle built
-from the shared, already validated sources: rego-cpp does not document bundles as safe for concurrent queries, and a
-few milliseconds of compilation once per thread and policy version buys not having to rely on it.
+one interpreter cannot serve two threads at once. Evaluations therefore take an interpreter, with its own bundle
+built from the shared, already validated sources, from a small pool (``interpreters``, POLICY_INTERPRETERS) and give
+it back: rego-cpp does not document bundles as safe for concurrent queries. A pool rather than one per thread: each
+compiled pair holds ~0.8 MB of native memory (1.7 MB with glibc's default malloc settings), and a web worker's 16
+request threads each built one (issue 12), while evaluation is CPU work that no more threads than cores run at once.
 
 Reloading: at most once per ``reload_interval`` seconds the files' (path, mtime, size) are compared with the loaded
 ones; on a change the sources are re-read and compiled. A failed compilation keeps the previous policies and logs an
@@ -16,6 +18,7 @@ error (once per change of the files).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -23,6 +26,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +84,9 @@ _NONDETERMINISTIC = re.compile(
 # of at most this many characters).
 _CACHE_MAX_INPUT_CHARS = 4096
 _DECISION_CACHE_SIZE = 2048
+# Interpreters evaluating at once per process (POLICY_INTERPRETERS): more than the cores gains nothing, since an
+# evaluation is CPU work; a request thread that finds them all busy waits for one.
+DEFAULT_INTERPRETERS = 4
 
 
 class _GenerationChanged(Exception):
@@ -156,25 +163,38 @@ def _describe(exc: regopy.RegoError, sources: tuple[tuple[str, str], ...]) -> st
     return "; ".join(found) if found else str(exc).strip()
 
 
-class _ThreadState(threading.local):
-    generation_id: int = 0
-    builder: regopy.Interpreter | None = None
-    bundle: regopy.Bundle | None = None
-    interpreter: regopy.Interpreter | None = None
+@dataclass
+class _Slot:
+    """One interpreter with the bundle it queries, compiled from one policy generation."""
+
+    generation_id: int
+    builder: regopy.Interpreter  # the bundle is not documented to outlive the interpreter that built it
+    bundle: regopy.Bundle
+    interpreter: regopy.Interpreter
 
 
 class RegopyEngine(PolicyEngine):
     name = "embedded"
 
-    def __init__(self, policy_dir: str | Path | None, builtin_dir: str | Path, reload_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        policy_dir: str | Path | None,
+        builtin_dir: str | Path,
+        reload_interval: float = 1.0,
+        interpreters: int = DEFAULT_INTERPRETERS,
+    ) -> None:
         self.policy_dir = Path(policy_dir) if policy_dir else None
         self.builtin_dir = Path(builtin_dir)
         self.reload_interval = reload_interval
+        self.interpreters = max(1, interpreters)
         self._generation: _Generation | None = None
         self._reload_lock = threading.Lock()
         self._next_check = 0.0
         self._failed_signature: _Signature | None = None
-        self._local = _ThreadState()
+        # Idle slots, the most recently used last (reused first, so a quiet process compiles only one or two).
+        self._idle: list[_Slot] = []
+        self._idle_lock = threading.Lock()
+        self._free = threading.BoundedSemaphore(self.interpreters)
         # Per engine, so tests that rebuild the engine start empty. lru_cache is thread-safe and never caches an
         # exception; a value is stored as JSON text so no caller can mutate a cached decision.
         self._cached_value = functools.lru_cache(maxsize=_DECISION_CACHE_SIZE)(self._evaluate_as_json)
@@ -246,18 +266,34 @@ class RegopyEngine(PolicyEngine):
         finally:
             self._reload_lock.release()
 
-    def _thread_bundle(self) -> tuple[regopy.Interpreter, regopy.Bundle]:
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[_Slot]:
+        """An interpreter and bundle of the current policies for this thread alone until the block ends; waits while
+        all ``interpreters`` are in use."""
         generation = self._generation
         if generation is None:
             self.load()
             generation = self._generation
             assert generation is not None
-        state = self._local
-        if state.generation_id != generation.id or state.bundle is None or state.interpreter is None:
-            state.builder, state.bundle = _compile(generation.sources)
-            state.interpreter = _quiet_interpreter()
-            state.generation_id = generation.id
-        return state.interpreter, state.bundle
+        self._free.acquire()
+        slot: _Slot | None = None
+        try:
+            with self._idle_lock:
+                while self._idle:
+                    candidate = self._idle.pop()
+                    if candidate.generation_id == generation.id:
+                        slot = candidate
+                        break
+                    # Compiled from policies since reloaded: dropped, its memory with it.
+            if slot is None:
+                builder, bundle = _compile(generation.sources)
+                slot = _Slot(generation.id, builder, bundle, _quiet_interpreter())
+            yield slot
+        finally:
+            if slot is not None:
+                with self._idle_lock:
+                    self._idle.append(slot)
+            self._free.release()
 
     # --- evaluation ---------------------------------------------------------------------------------------------
 
@@ -286,11 +322,10 @@ class RegopyEngine(PolicyEngine):
 
     def _evaluate_now(self, rule: str, input: dict[str, Any]) -> tuple[Any, int]:
         """Evaluate in this thread's interpreter; the value and the generation whose bundle computed it."""
-        interpreter, bundle = self._thread_bundle()
-        generation_id = self._local.generation_id
-        # Not regopy's Input/Output: they truncate strings at NUL and mangle escapes (see _rego_io).
-        _rego_io.set_input(interpreter, input)
-        return _rego_io.query(interpreter, bundle, ENTRYPOINTS[rule]), generation_id
+        with self._slot() as slot:
+            # Not regopy's Input/Output: they truncate strings at NUL and mangle escapes (see _rego_io).
+            _rego_io.set_input(slot.interpreter, input)
+            return _rego_io.query(slot.interpreter, slot.bundle, ENTRYPOINTS[rule]), slot.generation_id
 
     def check(self) -> None:
         # Exercise the real path (reload check, thread bundle, evaluation) without counting a decision in metrics.
