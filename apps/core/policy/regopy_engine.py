@@ -321,7 +321,7 @@ class RegopyEngine(PolicyEngine):
         return None if value is UNDEFINED else json.dumps(value, allow_nan=False)
 
     def _evaluate_now(self, rule: str, input: dict[str, Any]) -> tuple[Any, int]:
-        """Evaluate in this thread's interpreter; the value and the generation whose bundle computed it."""
+        """Evaluate in an interpreter from the pool; the value and the generation whose bundle computed it."""
         with self._slot() as slot:
             # Not regopy's Input/Output: they truncate strings at NUL and mangle escapes (see _rego_io).
             _rego_io.set_input(slot.interpreter, input)
