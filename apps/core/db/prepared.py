@@ -7,8 +7,10 @@ planned each time, 16 us and 83-93 us prepared (`bench`-style loop of 5,000 call
 belong here: a prepared statement may switch to a generic plan, which for a list filtered by a prefix or attribute
 of very different selectivity can be much worse than planning each call.
 
-The statement is bound server-side on Django's own connection (same transaction, same adapters), inside Django's
-cursor so its connection checks and error translation apply. DB_PREPARED_STATEMENTS=false runs the same
+The statement is bound server-side on Django's own connection (same transaction, same adapters), after the checks
+Django's ``cursor()`` makes (the per-request health check, connecting if needed, thread sharing) and under its error
+translation. One psycopg cursor per connection is reused rather than a Django cursor wrapper and a psycopg cursor
+built and closed around every statement: their setup was a tenth of a memory GET's CPU (issue 12). DB_PREPARED_STATEMENTS=false runs the same
 statements unprepared, for a connection pooler in transaction mode that cannot keep them (PgBouncer before 1.21,
 or without max_prepared_statements).
 """
@@ -51,6 +53,13 @@ class PreparedCursor:
 
 @contextmanager
 def prepared_cursor() -> Iterator[PreparedCursor]:
-    with connection.cursor() as django_cursor, connection.wrap_database_errors:
-        with psycopg.Cursor(django_cursor.cursor.connection) as raw:
-            yield PreparedCursor(raw)
+    # What BaseDatabaseWrapper._cursor() does before it creates a cursor (ensure_connection is async-unsafe too).
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    raw_connection = connection.connection
+    raw = getattr(connection, "_prepared_raw_cursor", None)
+    if raw is None or raw.closed or raw.connection is not raw_connection:  # first use, or Django reconnected
+        raw = connection._prepared_raw_cursor = psycopg.Cursor(raw_connection)
+    with connection.wrap_database_errors:
+        yield PreparedCursor(raw)
