@@ -24,18 +24,21 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 class PreparedCursor:
     """``execute`` prepares on first use per connection; ``fetchone`` is psycopg's."""
 
-    def __init__(self, raw: psycopg.Cursor) -> None:
+    def __init__(self, raw: psycopg.Cursor, db: BaseDatabaseWrapper) -> None:
         self._raw = raw
+        self._db = db
         self._prepare = getattr(settings, "DB_PREPARED_STATEMENTS", True)
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
-        if not connection.queries_logged:
+        db = self._db
+        if not db.queries_logged:
             self._raw.execute(sql, params, prepare=self._prepare)
             return
         # Logged like Django's own debug cursor, so DEBUG's query log and tests counting queries still see it.
@@ -43,9 +46,7 @@ class PreparedCursor:
         try:
             self._raw.execute(sql, params, prepare=self._prepare)
         finally:
-            connection.queries_log.append(
-                {"sql": connection.ops.compose_sql(sql, params), "time": f"{time.monotonic() - started:.3f}"}
-            )
+            db.queries_log.append({"sql": db.ops.compose_sql(sql, params), "time": f"{time.monotonic() - started:.3f}"})
 
     def fetchone(self) -> tuple | None:
         return self._raw.fetchone()
@@ -53,13 +54,16 @@ class PreparedCursor:
 
 @contextmanager
 def prepared_cursor() -> Iterator[PreparedCursor]:
+    # The thread's connection, looked up once: django.db.connection is a proxy that repeats that lookup (a
+    # thread-local read) on every attribute, 1-3 us each.
+    db = connections[DEFAULT_DB_ALIAS]
     # What BaseDatabaseWrapper._cursor() does before it creates a cursor (ensure_connection is async-unsafe too).
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    raw_connection = connection.connection
-    raw = getattr(connection, "_prepared_raw_cursor", None)
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    raw_connection = db.connection
+    raw = getattr(db, "_prepared_raw_cursor", None)
     if raw is None or raw.closed or raw.connection is not raw_connection:  # first use, or Django reconnected
-        raw = connection._prepared_raw_cursor = psycopg.Cursor(raw_connection)
-    with connection.wrap_database_errors:
-        yield PreparedCursor(raw)
+        raw = db._prepared_raw_cursor = psycopg.Cursor(raw_connection)
+    with db.wrap_database_errors:
+        yield PreparedCursor(raw, db)
