@@ -118,18 +118,21 @@ def search_by_attributes(principal: Principal, *, namespace_prefix: list[str], f
             [*params, limit, offset],
         )
         rows = cursor.fetchall()
-    return [
-        {
-            "id": str(row_id),
-            "namespace": namespace,
-            "key": key,
-            "value": decrypt_value(ciphertext, VALUE_PURPOSE, row_id),
-            "attributes": _json(attributes),
-            "score": None,
-            "created_at": isoformat(created_at),
-        }
-        for row_id, namespace, key, ciphertext, attributes, created_at in rows
-    ]
+    items = []
+    for row_id, namespace, key, ciphertext, attributes, created_at in rows:
+        row_id_text = str(row_id)  # once: the response's id and the ciphertext's binding
+        items.append(
+            {
+                "id": row_id_text,
+                "namespace": namespace,
+                "key": key,
+                "value": decrypt_value(ciphertext, VALUE_PURPOSE, row_id_text),
+                "attributes": _json(attributes),
+                "score": None,
+                "created_at": isoformat(created_at),
+            }
+        )
+    return items
 
 
 def _json(value: Any) -> Any:
@@ -258,14 +261,15 @@ def list_events(principal: Principal, query: EventQuery) -> dict:
     events = []
     for _seq, event_id, namespace, key, kind, occurred_at, ciphertext, attributes in rows:
         carries_snapshot = kind in (EventKind.ADD, EventKind.UPDATE)
+        event_id_text = str(event_id)  # once: the response's id and the ciphertext's binding
         events.append(
             {
-                "id": str(event_id),
+                "id": event_id_text,
                 "namespace": namespace,
                 "key": key,
                 "kind": kind,
                 "occurred_at": isoformat(occurred_at),
-                "value": decrypt_value(ciphertext, EVENT_VALUE_PURPOSE, event_id) if carries_snapshot else None,
+                "value": decrypt_value(ciphertext, EVENT_VALUE_PURPOSE, event_id_text) if carries_snapshot else None,
                 "attributes": _json(attributes) if carries_snapshot else None,
             }
         )

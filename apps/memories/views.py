@@ -40,9 +40,12 @@ def _validated(serializer_class, data) -> dict:
 
 
 def _address(request: Request) -> tuple[list[str], str]:
-    data: dict = {"ns": request.query_params.getlist("ns")}
-    if "key" in request.query_params:
-        data["key"] = request.query_params["key"]
+    ns, key = request.query_params.getlist("ns"), request.query_params.get("key")
+    if serializers.plainly_valid_address(ns, key):
+        return ns, key
+    data: dict = {"ns": ns}
+    if key is not None:
+        data["key"] = key
     address = _validated(serializers.MemoryAddressSerializer, data)
     return address["ns"], address["key"]
 
@@ -105,7 +108,9 @@ class MemorySearchView(APIView):
         responses={200: serializers.MemorySearchResponse, **error_responses(400, 401, 503)},
     )
     def post(self, request: Request) -> Response:
-        data = _validated(serializers.MemorySearchSerializer, request.data)
+        data = serializers.plainly_valid_search(request.data)
+        if data is None:
+            data = _validated(serializers.MemorySearchSerializer, request.data)
         limit = pagination.parse_limit(data.get("limit"), "memory_search")
         offset = pagination.parse_offset(data.get("offset"))
         if "query" in data:

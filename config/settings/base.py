@@ -52,11 +52,13 @@ MIDDLEWARE = [
     "apps.events.middleware.DeferPublishMiddleware",  # a request's events go out after its response
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, CSRF, the session user and flash messages serve the cookie-session pages (/admin/, /oidc/) only: under
+    # the API these four pass requests straight through (apps.core.middleware._CookiePagesOnly).
+    "apps.core.middleware.ApiSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "apps.core.middleware.ApiCsrfViewMiddleware",  # CSRF for cookie-session pages only
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "apps.core.middleware.ApiMessageMiddleware",  # flash messages for the admin pages only
+    "apps.core.middleware.ApiCsrfViewMiddleware",
+    "apps.core.middleware.ApiAuthenticationMiddleware",
+    "apps.core.middleware.ApiMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

@@ -440,3 +440,79 @@ def test_events_accept_a_date_only_bound(bob):
 
     assert len(bob.get(url(EVENTS, after="2000-01-01")).json()["events"]) == 1
     assert bob.get(url(EVENTS, before="2000-01-01")).json()["events"] == []
+
+
+# --- The serializers' fast paths (issue 12) ------------------------------------------------------------------------
+# plainly_valid_address / plainly_valid_search skip the serializer for input it plainly accepts. Whatever they accept
+# must be exactly what the serializer returns; whatever they refuse goes through the serializer (whose answer stands).
+
+_LONG = "s" * 257
+ADDRESS_CASES = [
+    (NS, "k"),
+    (["user"], "k"),
+    (NS, ""),
+    (NS, None),
+    ([], "k"),
+    (["user", ""], "k"),
+    (["user", _LONG], "k"),
+    (["user", "a\x00b"], "k"),
+    (NS, "a\x00b"),
+    (["user", "\ud800"], "k"),
+    (["a", "b", "c", "d", "e", "f"], "k"),
+    (NS, " spaced key "),
+    ([" spaced ", "segment"], "k"),
+]
+
+
+@pytest.mark.parametrize(("ns", "key"), ADDRESS_CASES)
+def test_address_fast_path_agrees_with_the_serializer(ns, key):
+    from apps.memories import serializers
+
+    data = {"ns": ns} if key is None else {"ns": ns, "key": key}
+    serializer = serializers.MemoryAddressSerializer(data=data)
+    if serializers.plainly_valid_address(ns, key):
+        assert serializer.is_valid(), serializer.errors
+        assert (serializer.validated_data["ns"], serializer.validated_data["key"]) == (ns, key)
+
+
+SEARCH_CASES = [
+    {"namespace_prefix": ["user", "bob"]},
+    {"namespace_prefix": ["user", "bob"], "limit": 10, "offset": 0},
+    {"namespace_prefix": [], "filter": {"sub": "bob"}},
+    {"namespace_prefix": ["user"], "filter": [1, 2], "limit": "x", "offset": 1.5},
+    {"namespace_prefix": ["user"], "query": "coffee"},
+    {"namespace_prefix": ["user"], "query": " coffee "},
+    {"namespace_prefix": ["user"], "query": ""},
+    {"namespace_prefix": ["user"], "query": "q" * 8193},
+    {"namespace_prefix": ["user"], "query": 12},
+    {"namespace_prefix": ["user"], "filter": None},
+    {"namespace_prefix": ["user"], "limit": None},
+    {"namespace_prefix": ["user", ""]},
+    {"namespace_prefix": ["user", _LONG]},
+    {"namespace_prefix": ["user", 3]},
+    {"namespace_prefix": ["user", "a\x00"]},
+    {"namespace_prefix": "user"},
+    {"namespace_prefix": None},
+    {},
+    {"namespace_prefix": ["user"], "unknown": 1},
+    [],
+]
+
+
+@pytest.mark.parametrize("data", SEARCH_CASES)
+def test_search_fast_path_agrees_with_the_serializer(data):
+    from apps.memories import serializers
+
+    fast = serializers.plainly_valid_search(data)
+    if fast is not None:
+        serializer = serializers.MemorySearchSerializer(data=data)
+        assert serializer.is_valid(), serializer.errors
+        assert dict(serializer.validated_data) == fast
+
+
+def test_fast_paths_take_the_common_requests():
+    from apps.memories import serializers
+
+    assert serializers.plainly_valid_address(NS, "k")
+    body = {"namespace_prefix": ["user", "bob"], "limit": 10}
+    assert serializers.plainly_valid_search(body) == body

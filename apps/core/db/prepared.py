@@ -7,10 +7,12 @@ planned each time, 16 us and 83-93 us prepared (`bench`-style loop of 5,000 call
 belong here: a prepared statement may switch to a generic plan, which for a list filtered by a prefix or attribute
 of very different selectivity can be much worse than planning each call.
 
-The statement is bound server-side on Django's own connection (same transaction, same adapters), inside Django's
-cursor so its connection checks and error translation apply. DB_PREPARED_STATEMENTS=false runs the same
-statements unprepared, for a connection pooler in transaction mode that cannot keep them (PgBouncer before 1.21,
-or without max_prepared_statements).
+The statement is bound server-side on Django's own connection (same transaction, same adapters), after the checks
+Django's ``cursor()`` makes (the per-request health check, connecting if needed, thread sharing) and under its error
+translation. One psycopg cursor per connection is reused rather than a Django cursor wrapper and a psycopg cursor
+built and closed around every statement: their setup was a tenth of a memory GET's CPU (issue 12).
+DB_PREPARED_STATEMENTS=false runs the same statements unprepared, for a connection pooler in transaction mode that
+cannot keep them (PgBouncer before 1.21, or without max_prepared_statements).
 
 ``run_pipelined`` does the same for a write of several statements that must be one transaction: they travel in one
 round trip (psycopg's pipeline mode) and run prepared. A memory PUT's statement costs PostgreSQL about 2.0 ms of
@@ -26,18 +28,21 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 class PreparedCursor:
     """``execute`` prepares on first use per connection; ``fetchone`` is psycopg's."""
 
-    def __init__(self, raw: psycopg.Cursor) -> None:
+    def __init__(self, raw: psycopg.Cursor, db: BaseDatabaseWrapper) -> None:
         self._raw = raw
+        self._db = db
         self._prepare = getattr(settings, "DB_PREPARED_STATEMENTS", True)
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
-        if not connection.queries_logged:
+        db = self._db
+        if not db.queries_logged:
             self._raw.execute(sql, params, prepare=self._prepare)
             return
         # Logged like Django's own debug cursor, so DEBUG's query log and tests counting queries still see it.
@@ -45,19 +50,32 @@ class PreparedCursor:
         try:
             self._raw.execute(sql, params, prepare=self._prepare)
         finally:
-            connection.queries_log.append(
-                {"sql": connection.ops.compose_sql(sql, params), "time": f"{time.monotonic() - started:.3f}"}
-            )
+            db.queries_log.append({"sql": db.ops.compose_sql(sql, params), "time": f"{time.monotonic() - started:.3f}"})
 
     def fetchone(self) -> tuple | None:
         return self._raw.fetchone()
 
 
+def _ready_connection(db: BaseDatabaseWrapper) -> psycopg.Connection:
+    """What BaseDatabaseWrapper._cursor() does before it creates a cursor (the per-request health check, connecting
+    if needed, thread sharing); the psycopg connection."""
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    return db.connection
+
+
 @contextmanager
 def prepared_cursor() -> Iterator[PreparedCursor]:
-    with connection.cursor() as django_cursor, connection.wrap_database_errors:
-        with psycopg.Cursor(django_cursor.cursor.connection) as raw:
-            yield PreparedCursor(raw)
+    # The thread's connection, looked up once: django.db.connection is a proxy that repeats that lookup (a
+    # thread-local read) on every attribute, 1-3 us each.
+    db = connections[DEFAULT_DB_ALIAS]
+    raw_connection = _ready_connection(db)
+    raw = getattr(db, "_prepared_raw_cursor", None)
+    if raw is None or raw.closed or raw.connection is not raw_connection:  # first use, or Django reconnected
+        raw = db._prepared_raw_cursor = psycopg.Cursor(raw_connection)
+    with db.wrap_database_errors:
+        yield PreparedCursor(raw, db)
 
 
 Params = Sequence[Any] | Mapping[str, Any]
@@ -71,11 +89,12 @@ def run_pipelined(statements: Sequence[str], params: Params) -> list[tuple]:
     statement failing rolls back all of them. Inside a caller's atomic() they join its transaction. Under READ
     COMMITTED each statement still reads a fresh snapshot, so a statement after a lock sees what the lock waited for.
     """
+    db = connections[DEFAULT_DB_ALIAS]
     prepare = getattr(settings, "DB_PREPARED_STATEMENTS", True)
     started = time.monotonic()
-    with connection.cursor() as django_cursor, connection.wrap_database_errors:
-        raw_connection = django_cursor.cursor.connection
-        cursors = []
+    cursors: list[psycopg.Cursor] = []
+    with db.wrap_database_errors:
+        raw_connection = _ready_connection(db)
         try:
             with raw_connection.pipeline():
                 for sql in statements:
@@ -86,7 +105,7 @@ def run_pipelined(statements: Sequence[str], params: Params) -> list[tuple]:
         finally:
             for cursor in cursors:
                 cursor.close()
-            if connection.queries_logged:
+            if db.queries_logged:
                 elapsed = f"{time.monotonic() - started:.3f}"
                 for sql in statements:
-                    connection.queries_log.append({"sql": connection.ops.compose_sql(sql, params), "time": elapsed})
+                    db.queries_log.append({"sql": db.ops.compose_sql(sql, params), "time": elapsed})
