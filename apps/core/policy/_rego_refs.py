@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 # None: the rule may read the whole input. Otherwise the top-level fields it may read.
 Fields = frozenset[str] | None
 
-_IDENT_START = re.compile(r"[A-Za-z_]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STRING_KEY = re.compile(r'\[\s*"((?:[^"\\\n]|\\.)*)"\s*\]')
 _PACKAGE = re.compile(r"(?<![A-Za-z0-9_])package\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*(?:\n|$)")
@@ -82,6 +82,10 @@ def input_fields(text: str) -> Fields:
         code = code_only(text)
     except _Unreadable:
         return None
+    return _fields_in(code, text)
+
+
+def _fields_in(code: str, text: str) -> Fields:
     fields: set[str] = set()
     for start in _tokens(code, "input"):
         if start > 0 and code[start - 1] == ".":
@@ -105,42 +109,41 @@ def input_fields(text: str) -> Fields:
     return frozenset(fields)
 
 
-def package_path(text: str) -> tuple[str, ...] | None:
+@dataclass(frozen=True)
+class _Module:
+    """What the analysis needs of one module's text, read once."""
+
+    package: tuple[str, ...] | None  # None: no package line the scanner can read
+    mentions_data: bool
+    fields: Fields
+
+
+def _read_module(text: str) -> _Module:
     try:
         code = code_only(text)
     except _Unreadable:
-        return None
-    match = _PACKAGE.search(code)
-    return tuple(match.group(1).split(".")) if match else None
-
-
-def mentions_data(text: str) -> bool:
-    try:
-        code = code_only(text)
-    except _Unreadable:
-        return True
-    return next(_tokens(code, "data"), None) is not None
+        return _Module(None, True, None)
+    package = _PACKAGE.search(code)
+    return _Module(
+        tuple(package.group(1).split(".")) if package else None,
+        next(_tokens(code, "data"), None) is not None,
+        _fields_in(code, text),
+    )
 
 
 def rule_fields(entrypoint: str, sources: Iterable[str]) -> Fields:
     """The top-level input fields the rule at ``entrypoint`` ("memories/authz/decision") can read, given the texts
     of every module compiled with it; None when it may read the whole input."""
-    texts = list(sources)
+    modules = [_read_module(text) for text in sources]
+    if any(module.package is None for module in modules):
+        return None
     path = tuple(entrypoint.split("/"))
-    reached = []
-    for text in texts:
-        package = package_path(text)
-        if package is None:
-            return None
-        shorter = min(len(package), len(path))
-        if package[:shorter] == path[:shorter]:
-            reached.append(text)
-    if any(mentions_data(text) for text in reached):
-        reached = texts
+    reached = [module for module in modules if module.package[: len(path)] == path[: len(module.package)]]
+    if any(module.mentions_data for module in reached):
+        reached = modules
     fields: set[str] = set()
-    for text in reached:
-        found = input_fields(text)
-        if found is None:
+    for module in reached:
+        if module.fields is None:
             return None
-        fields |= found
+        fields |= module.fields
     return frozenset(fields)
