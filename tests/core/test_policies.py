@@ -206,6 +206,15 @@ def test_check_and_readiness(builtin):
     builtin.check()
 
 
+def _in_threads(worker: Any, count: int) -> None:
+    """worker(0) .. worker(count - 1), each on its own thread, all at once; returns when every one has finished."""
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def test_concurrent_evaluations_are_correct(builtin):
     failures: list[str] = []
 
@@ -218,11 +227,7 @@ def test_concurrent_evaluations_are_correct(builtin):
             if decision.allow is not own:
                 failures.append(f"{user} {namespace} {decision}")
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _in_threads(worker, 8)
     assert failures == []
 
 
@@ -243,11 +248,7 @@ def test_concurrent_evaluations_share_a_bounded_pool_of_interpreters(monkeypatch
             if not engine.authorize(authz_input(namespace, user=f"user{n}")).allow:
                 failures.append(f"user{n} {namespace}")
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _in_threads(worker, 8)
     assert failures == []
     assert 1 <= len(compiled) <= 2
     assert len(engine._idle) == len(compiled)
