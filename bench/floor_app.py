@@ -24,9 +24,6 @@ settings.configure(
     MIDDLEWARE=[],
     INSTALLED_APPS=["rest_framework"],
     USE_TZ=True,
-    # Read by config.wsgi_bridge for chunked bodies (never sent here): the service's defaults.
-    REQUEST_MAX_BODY_BYTES=2 * 1024 * 1024,
-    ATTACHMENT_MAX_BYTES=10 * 1024 * 1024,
     REST_FRAMEWORK={
         "DEFAULT_AUTHENTICATION_CLASSES": [],
         "DEFAULT_PERMISSION_CLASSES": [],

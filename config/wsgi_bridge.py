@@ -42,7 +42,9 @@ _SPOOL_MEMORY_BYTES = 1024 * 1024
 
 def chunked_body_max_bytes() -> int:
     """The largest body any endpoint accepts (JSON requests, attachment uploads with their multipart framing)."""
-    return max(settings.REQUEST_MAX_BODY_BYTES, settings.ATTACHMENT_MAX_BYTES + 64 * 1024)
+    from apps.attachments.views import MULTIPART_OVERHEAD_BYTES
+
+    return max(settings.REQUEST_MAX_BODY_BYTES, settings.ATTACHMENT_MAX_BYTES + MULTIPART_OVERHEAD_BYTES)
 
 
 class CoalescingResponder(WSGIResponder):

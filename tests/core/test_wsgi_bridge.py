@@ -18,11 +18,13 @@ import pytest
 from config.wsgi_bridge import PRELOAD_BODY_BYTES, CoalescingWSGIMiddleware, chunked_body_max_bytes
 
 
-def _run(app, *, body_messages: list[dict] | None = None, headers: list[tuple[bytes, bytes]] | None = None) -> tuple[list[dict], int]:
-    """One HTTP request through the bridge; returns the messages sent to the server and how many receive() calls
-    the application made."""
+def _run(
+    app, *, body_messages: list[dict] | None = None, headers: list[tuple[bytes, bytes]] | None = None, sent: list[dict] | None = None
+) -> tuple[list[dict], int]:
+    """One HTTP request through the bridge; returns the messages sent to the server (also collected in ``sent``,
+    for a request that raises) and how many receive() calls the application made."""
     incoming = list(body_messages if body_messages is not None else [{"type": "http.request", "body": b""}])
-    sent: list[dict] = []
+    sent = [] if sent is None else sent
     receives = 0
 
     async def receive() -> dict:
@@ -184,8 +186,10 @@ def test_an_application_error_reaches_the_server_and_nothing_is_sent() -> None:
     def app(environ, start_response):
         raise RuntimeError("boom")
 
+    sent: list[dict] = []
     with pytest.raises(RuntimeError, match="boom"):
-        _run(app, headers=_length(0))
+        _run(app, headers=_length(0), sent=sent)
+    assert sent == []
 
 
 # --- The live stack ------------------------------------------------------------------------------------------------
