@@ -40,12 +40,6 @@ SSE_ENV = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # The test database's libpq URL; its OPTIONS also hold psycopg connection settings (prepare_threshold) that
     # are no URL parameters.
