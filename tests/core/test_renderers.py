@@ -50,3 +50,11 @@ def test_what_orjson_refuses_fails_exactly_as_drf_fails() -> None:
 
 def test_integers_past_64_bits_still_render() -> None:
     assert JSONRenderer().render({"n": 2**70}) == b'{"n":1180591620717411303424}'
+
+
+def test_non_finite_floats_render_as_null() -> None:
+    # The one documented difference from DRF, whose strict encoder raises ValueError (a 500) on these.
+    document = {"nan": float("nan"), "inf": float("inf"), "ninf": float("-inf"), "ok": 1.5}
+    assert JSONRenderer().render(document, "application/json", {}) == b'{"nan":null,"inf":null,"ninf":null,"ok":1.5}'
+    with pytest.raises(ValueError):
+        DrfJSONRenderer().render(document, "application/json", {})
