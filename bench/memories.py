@@ -158,7 +158,6 @@ class Floor:
     """The floor's statements. Scope (prefix + attribute filter) comes from the filter policy, evaluated once
     up front by the same engine; the WHERE fragments from apps.memories.filters, the service's own compiler."""
 
-    event_lock: int
     attributes: dict[str, Any] = field(default_factory=dict)
 
     def put(self, conn: Any, item: Item, size: int) -> None:
@@ -341,7 +340,7 @@ def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
     floor_item = Item(["floor", user, "p"], "k")
     traced: list[str] = []
     conn = h.floor_connection(database_url, h.tracing_cursor_class(traced))
-    parity_floor = Floor(floor.event_lock, {"namespace": "user", "sub": user})
+    parity_floor = Floor({"namespace": "user", "sub": user})
     scope = selectors.scope_for(principal, ["user", user], None)
     cursor = pagination.encode_cursor(0, uuid.uuid4())
     checks: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
@@ -723,10 +722,8 @@ def main(argv: Sequence[str]) -> int:
 
     from apps.core.auth.principal import Principal
     from apps.core.policy import get_engine
-    from apps.memories import services
 
-    # The floor takes the same advisory lock the service does (a private constant: one source of truth).
-    floor = Floor(event_lock=services._EVENT_ORDER_LOCK, attributes={"namespace": FLOOR_ROOT[0], "sub": USER})
+    floor = Floor(attributes={"namespace": FLOOR_ROOT[0], "sub": USER})
     notes: list[str] = []
     problems = check_sql_parity(database_url, floor)
     if problems:

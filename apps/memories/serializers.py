@@ -26,11 +26,23 @@ MAX_INDEX_TEXT_BYTES = 256 * 1024  # UTF-8 bytes of all field values together
 MAX_QUERY_CHARS = 8192
 
 
+def _segment_field() -> StrictCharField:
+    """One namespace segment, in an address and in a search prefix: non-empty, at most MAX_SEGMENT_CHARS, kept as
+    sent. _plainly_valid_segment is its fast path: keep the two together."""
+    return StrictCharField(max_length=MAX_SEGMENT_CHARS, allow_blank=False, trim_whitespace=False)
+
+
+def _plainly_valid_segment(segment: str) -> bool:
+    """True when _segment_field() accepts ``segment`` unchanged (its rules, and StrictCharField's: no NUL or lone
+    surrogate), checked without building it. Shared by both fast paths."""
+    return bool(segment) and len(segment) <= MAX_SEGMENT_CHARS and text_problem(segment) is None
+
+
 class NamespaceField(serializers.ListField):
     """An ordered list of non-empty strings, at most the configured depth (memory.episodic.namespace.max_depth)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("child", StrictCharField(max_length=MAX_SEGMENT_CHARS, allow_blank=False, trim_whitespace=False))
+        kwargs.setdefault("child", _segment_field())
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> list[str]:
@@ -120,7 +132,7 @@ def plainly_valid_address(ns: list[str], key: str | None) -> bool:
         bool(key)
         and text_problem(key) is None
         and 0 < len(ns) <= config.namespace_max_depth()
-        and all(segment and len(segment) <= MAX_SEGMENT_CHARS and text_problem(segment) is None for segment in ns)
+        and all(_plainly_valid_segment(segment) for segment in ns)
     )
 
 
@@ -142,9 +154,7 @@ class SearchOffsetField(serializers.JSONField):
 class MemorySearchSerializer(StrictSerializer):
     """POST /v1/memories/search body. Unknown fields are rejected."""
 
-    namespace_prefix = serializers.ListField(
-        child=StrictCharField(max_length=MAX_SEGMENT_CHARS, allow_blank=False, trim_whitespace=False)
-    )
+    namespace_prefix = serializers.ListField(child=_segment_field())
     query = StrictCharField(required=False, allow_blank=False, max_length=MAX_QUERY_CHARS)
     filter = FilterField(required=False)
     limit = SearchLimitField(required=False)
@@ -167,8 +177,7 @@ def plainly_valid_search(data: Any) -> dict | None:
         return None
     prefix = data.get("namespace_prefix")
     if type(prefix) is not list or not all(
-        type(segment) is str and segment and len(segment) <= MAX_SEGMENT_CHARS and text_problem(segment) is None
-        for segment in prefix
+        type(segment) is str and _plainly_valid_segment(segment) for segment in prefix
     ):
         return None
     if "query" in data:

@@ -24,7 +24,15 @@ def _get_statement_prepared() -> bool:
     return any(statement.startswith(GET_MEMORY_SQL.split(" WHERE")[0]) for statement in _prepared_statements())
 
 
+def _forget_prepared_statements() -> None:
+    """Whatever an earlier test prepared on this connection (psycopg forgets it too)."""
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    assert not _get_statement_prepared()
+
+
 def test_a_memory_get_runs_its_statement_prepared_and_answers_as_before(client_for) -> None:
+    _forget_prepared_statements()  # so only these GETs can have prepared it
     alice = client_for("alice")
     put_ok(alice, ["user", "alice", "p"], "k", {"n": 1})
     for _ in range(2):  # the second GET reuses the statement prepared by the first
@@ -37,9 +45,7 @@ def test_a_memory_get_runs_its_statement_prepared_and_answers_as_before(client_f
 
 def test_the_switch_runs_the_same_statement_unprepared(client_for, settings) -> None:
     settings.DB_PREPARED_STATEMENTS = False
-    with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")  # whatever an earlier test prepared on this connection (psycopg forgets it too)
-    assert not _get_statement_prepared()
+    _forget_prepared_statements()
     alice = client_for("alice")
     put_ok(alice, ["user", "alice", "p"], "k", {"n": 2})
     assert get(alice, ["user", "alice", "p"], "k").json()["value"] == {"n": 2}
@@ -98,7 +104,9 @@ def test_pipelined_statements_run_prepared_and_logged(settings) -> None:
     with CaptureQueriesContext(connection) as captured:
         assert run_pipelined(["SELECT %(n)s::int + 1", "SELECT %(n)s::int + 2"], {"n": 40}) == [(42,)]
     assert [query["sql"] for query in captured.captured_queries[-2:]] == ["SELECT 40::int + 1", "SELECT 40::int + 2"]
-    assert "SELECT $1::int + 2" in _prepared_statements()
+    prepared = _prepared_statements()
+    assert "SELECT $1::int + 1" in prepared
+    assert "SELECT $1::int + 2" in prepared
     settings.DB_PREPARED_STATEMENTS = False
     assert run_pipelined(["SELECT %(n)s::int + 3"], {"n": 40}) == [(43,)]
     assert "SELECT $1::int + 3" not in _prepared_statements()

@@ -45,15 +45,22 @@ class PreparedCursor:
         if not db.queries_logged:
             self._raw.execute(sql, params, prepare=self._prepare)
             return
-        # Logged like Django's own debug cursor, so DEBUG's query log and tests counting queries still see it.
         started = time.monotonic()
         try:
             self._raw.execute(sql, params, prepare=self._prepare)
         finally:
-            db.queries_log.append({"sql": db.ops.compose_sql(sql, params), "time": f"{time.monotonic() - started:.3f}"})
+            _log_queries(db, (sql,), params, started)
 
     def fetchone(self) -> tuple | None:
         return self._raw.fetchone()
+
+
+def _log_queries(db: BaseDatabaseWrapper, statements: Sequence[str], params: Any, started: float) -> None:
+    """Append ``statements`` to the query log as Django's own debug cursor does, so DEBUG's query log and tests
+    counting queries still see them."""
+    elapsed = f"{time.monotonic() - started:.3f}"
+    for sql in statements:
+        db.queries_log.append({"sql": db.ops.compose_sql(sql, params), "time": elapsed})
 
 
 def _ready_connection(db: BaseDatabaseWrapper) -> psycopg.Connection:
@@ -106,6 +113,4 @@ def run_pipelined(statements: Sequence[str], params: Params) -> list[tuple]:
             for cursor in cursors:
                 cursor.close()
             if db.queries_logged:
-                elapsed = f"{time.monotonic() - started:.3f}"
-                for sql in statements:
-                    db.queries_log.append({"sql": db.ops.compose_sql(sql, params), "time": elapsed})
+                _log_queries(db, statements, params, started)
