@@ -413,9 +413,9 @@ def sanity_check_get(bench: Bench, items: list[Item], bodies: list[bytes]) -> No
         session.close()
 
 
-def settle_after_load(database_url: str) -> None:
-    """VACUUM ANALYZE after the load (and after the write runs, before wrk's reads): the reads are measured in the state autovacuum reaches a minute after a burst,
-    not in whichever half-analyzed state the run happens to meet. Without it, two quiet runs minutes apart measured
+def settle(database_url: str, after: str) -> None:
+    """VACUUM ANALYZE after a burst of writes (the load; the write runs, before wrk's reads): the reads are measured
+    in the state autovacuum reaches a minute after a burst, not in whichever half-analyzed state the run meets. Without it, two quiet runs minutes apart measured
     the same attribute-search statement's floor at 1.16 and 12.06 ms (a plan chosen on the statistics of the empty
     table against one chosen after autoanalyze), and the GIN indexes' pending lists after 10k inserts slow every
     GIN scan until merged."""
@@ -424,7 +424,7 @@ def settle_after_load(database_url: str) -> None:
     started = time.monotonic()
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("VACUUM (ANALYZE) memories, memory_events")
-    h.log(f"VACUUM ANALYZE after the load in {time.monotonic() - started:.1f}s")
+    h.log(f"VACUUM ANALYZE after {after} in {time.monotonic() - started:.1f}s")
 
 
 def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: list[Item]) -> None:
@@ -434,7 +434,7 @@ def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: l
 
     rng = random.Random(args.seed + 1)
     floor_existing = load_and_put_add(bench, items, bodies, floor_items)
-    settle_after_load(bench.database_url)
+    settle(bench.database_url, "the load")
     sanity_check_get(bench, items, bodies)
     order = list(range(len(items)))
     rng.shuffle(order)  # GET/PUT-update targets: every request a different key (as far as they go)
@@ -769,7 +769,7 @@ def main(argv: Sequence[str]) -> int:
                 measure_healthz(bench)
                 # The update and delete runs just left thousands of dead rows: without this, autovacuum ran during
                 # the wrk runs (PostgreSQL at 57% of a core for wrk's c1 GETs, against 9% for the same GETs before).
-                settle_after_load(bench.database_url)
+                settle(bench.database_url, "the write runs")
                 get_paths = [f"/v1/memories?{item.query()}" for item in items]
                 random.Random(args.seed + 4).shuffle(get_paths)
                 for concurrency in args.concurrency:
