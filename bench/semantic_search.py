@@ -264,6 +264,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--maintenance-work-mem", default="",
         help="SET maintenance_work_mem for both HNSW builds (default: the server's, as the service builds it)",
     )
+    parser.add_argument(
+        "--http-concurrency", default="1,16",
+        help="concurrent HTTP clients per search scope, comma-separated (default 1,16: the issue's two loads)",
+    )
     parser.add_argument("--no-http", action="store_true", help="skip HTTP search, index lag (no server, no worker)")
     parser.add_argument("--wait-other-bench", type=float, default=1800, help="seconds to wait for a running bench/memories.py (default 1800)")
     parser.add_argument("--seed", type=int, default=1, help="data generator seed")
@@ -276,6 +280,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args.sizes = [int(value) for value in str(args.sizes).split(",") if value]
     args.ef_sweep = [int(value) for value in str(args.ef_sweep).split(",") if value]
     args.threshold_sweep = [int(value) for value in str(args.threshold_sweep).split(",") if value]
+    args.http_concurrency = [int(value) for value in str(args.http_concurrency).split(",") if value]
+    if not args.http_concurrency or min(args.http_concurrency) < 1:
+        parser.error("--http-concurrency takes positive client counts, e.g. 1,16")
     try:
         args.build_sweep = [tuple(int(x) for x in pair.split(":")) for pair in str(args.build_sweep).split(",") if pair]
     except ValueError:
@@ -918,6 +925,9 @@ def celery_worker(database_url: str, env_extra: dict[str, str], log_path: Path) 
 def measure_http(args: argparse.Namespace, server: h.WebServer, token: str, data: DataSet, ground: dict[str, Any]) -> list[Case]:
     texts: list[str] = ground["texts"]
     headers = {"Authorization": f"Bearer {token}"}
+    # CPU per search, split by process: what bounds throughput at concurrency (the query's embedding in the web
+    # workers, the ANN walk in PostgreSQL), next to the client's share to show it is not the bottleneck.
+    cpu = h.CpuMeter({"web": server.process.pid, "postgres": h.postmaster_pid()})
     cases = []
     for variant in VARIANTS:
         found: dict[int, list[Any]] = {}
@@ -932,18 +942,27 @@ def measure_http(args: argparse.Namespace, server: h.WebServer, token: str, data
 
         h.run_load("warm-up", lambda _i, c=call: h.HttpWorker(server.base_url, headers, c), concurrency=1,
                    requests=10, max_seconds=30)
-        found.clear()
-        result = h.run_load(
-            f"http {variant.name}", lambda _i, c=call: h.HttpWorker(server.base_url, headers, c),
-            concurrency=1, requests=args.http_requests, max_seconds=args.max_seconds,
-        )
-        if result.errors:
-            raise h.BenchError(f"HTTP search ({variant.name}): {result.errors} failed, e.g. {result.error_samples}")
-        value, n = mean_recall(found, ground["truth"][variant.name])
-        cases.append(Case(data.size, variant.name, "ours", "HTTP POST /v1/memories/search (server embeds)", "included",
-                          result.latencies, value, n, "", {"timed_out": result.timed_out}))
-        h.log(f"{data.size:>7} {variant.name:<20} {'HTTP':<45} p50={result.ms(50):7.2f} p95={result.ms(95):7.2f} ms "
-              f"recall@10={h.fmt(value, 3)}")
+        for concurrency in args.http_concurrency:
+            found.clear()
+            # At concurrency c the server batches concurrent queries' embeddings: enough requests that the first
+            # and last c (a ramp, not the steady state) are a small share of the samples.
+            requests = max(args.http_requests, 25 * concurrency)
+            result = h.run_load(
+                f"http {variant.name} c{concurrency}", lambda _i, c=call: h.HttpWorker(server.base_url, headers, c),
+                concurrency=concurrency, requests=requests, max_seconds=args.max_seconds, cpu=cpu,
+            )
+            if result.errors:
+                raise h.BenchError(f"HTTP search ({variant.name}): {result.errors} failed, e.g. {result.error_samples}")
+            value, n = mean_recall(found, ground["truth"][variant.name])
+            cpu_ms = {name: round(percent / 100 * result.wall / max(result.completed, 1) * 1000, 2)
+                      for name, percent in result.cpu_percent.items()}
+            path = "HTTP POST /v1/memories/search (server embeds)" + (f", {concurrency} clients" if concurrency > 1 else "")
+            cases.append(Case(data.size, variant.name, "ours", path, "included", result.latencies, value, n, "",
+                              {"timed_out": result.timed_out, "concurrency": concurrency,
+                               "throughput_per_s": round(result.throughput, 1), "cpu_ms_per_search": cpu_ms}))
+            h.log(f"{data.size:>7} {variant.name:<20} {'HTTP c' + str(concurrency):<45} p50={result.ms(50):7.2f} "
+                  f"p95={result.ms(95):7.2f} ms {result.throughput:6.1f}/s recall@10={h.fmt(value, 3)} CPU ms per "
+                  f"search: " + ", ".join(f"{name} {ms}" for name, ms in cpu_ms.items()))
     return cases
 
 
@@ -1079,6 +1098,18 @@ def report(info: dict[str, Any], results: dict[str, Any], notes: list[str]) -> s
             align="rllllrrrl",
         )
     )
+    loaded = [c for c in cases if c.get("cpu_ms_per_search")]
+    if loaded:
+        out += ["", "HTTP searches: throughput and CPU per search by process (what bounds throughput under load):", ""]
+        out.append(
+            h.markdown_table(
+                ["size", "scope", "clients", "searches/s", "CPU ms per search: web / PostgreSQL / client"],
+                [[f"{c['size']:,}", c["scope"], c["concurrency"], h.fmt(c["throughput_per_s"], 1),
+                  " / ".join(h.fmt(c["cpu_ms_per_search"].get(k)) for k in ("web", "postgres", "client"))]
+                 for c in loaded],
+                align="rlrrr",
+            )
+        )
     out += ["", "Data and index per size:", ""]
     out.append(
         h.markdown_table(
