@@ -86,11 +86,13 @@ def prepared_cursor() -> Iterator[PreparedCursor]:
 
 
 Params = Sequence[Any] | Mapping[str, Any]
+# A statement, or a statement with parameters of its own.
+Statement = str | tuple[str, Params]
 
 
-def run_pipelined(statements: Sequence[str], params: Params) -> list[tuple]:
-    """Run ``statements`` (each given the same ``params``) in one round trip, as one transaction, prepared; the rows
-    of the last one.
+def run_pipelined(statements: Sequence[Statement], params: Params = ()) -> list[tuple]:
+    """Run ``statements`` in one round trip, as one transaction, prepared; the rows of the last one. A plain string
+    is given ``params``; a ``(sql, params)`` pair its own.
 
     Outside a transaction they form the implicit transaction that the pipeline's single Sync message ends: one
     statement failing rolls back all of them. Inside a caller's atomic() they join its transaction. Under READ
@@ -100,17 +102,19 @@ def run_pipelined(statements: Sequence[str], params: Params) -> list[tuple]:
     prepare = getattr(settings, "DB_PREPARED_STATEMENTS", True)
     started = time.monotonic()
     cursors: list[psycopg.Cursor] = []
+    pairs = [statement if isinstance(statement, tuple) else (statement, params) for statement in statements]
     with db.wrap_database_errors:
         raw_connection = _ready_connection(db)
         try:
             with raw_connection.pipeline():
-                for sql in statements:
+                for sql, own_params in pairs:
                     cursor = psycopg.Cursor(raw_connection)
                     cursors.append(cursor)
-                    cursor.execute(sql, params, prepare=prepare)
+                    cursor.execute(sql, own_params, prepare=prepare)
             return cursors[-1].fetchall()
         finally:
             for cursor in cursors:
                 cursor.close()
             if db.queries_logged:
-                _log_queries(db, statements, params, started)
+                for sql, own_params in pairs:
+                    _log_queries(db, (sql,), own_params, started)
