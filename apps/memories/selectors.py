@@ -11,12 +11,11 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from django.db import connection
 from django.utils import timezone
 
 from apps.core import crypto, errors, pagination
 from apps.core.auth.principal import Principal
-from apps.core.db.prepared import prepared_cursor
+from apps.core.db.prepared import bound_cursor, prepared_cursor
 from apps.core.policy import get_engine, policy_context
 from apps.core.serializers import isoformat
 from apps.memories import filters
@@ -111,7 +110,7 @@ def _visible_where(scope: Scope, table: str) -> tuple[str, list[Any]]:
 def search_by_attributes(principal: Principal, *, namespace_prefix: list[str], filter: Any, limit: int, offset: int) -> list[dict]:
     scope = scope_for(principal, namespace_prefix, filter)
     where, params = _visible_where(scope, "m")
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(
             f"SELECT m.id, m.namespace, m.key, m.value_ciphertext, m.attributes, m.created_at "  # noqa: S608
             f"FROM memories m WHERE {where} ORDER BY m.created_at DESC, m.id DESC LIMIT %s OFFSET %s",
@@ -187,7 +186,7 @@ def list_namespaces(
     """
     scope = scope_for(principal, prefix, None)
     sql, params = namespaces_query(scope, suffix, max_depth)
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
 
@@ -255,7 +254,7 @@ def list_events(principal: Principal, query: EventQuery) -> dict:
     sql, params = events_query(
         scope, kinds=query.kinds, after=query.after, before=query.before, after_seq=after_seq, limit=query.limit
     )
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     events = []
