@@ -695,8 +695,9 @@ class HttpWorker:
 
 def floor_connection(database_url: str, cursor_factory: Any = None) -> Any:
     """A psycopg connection shaped like the service's: autocommit (Django's atomic() issues BEGIN/COMMIT),
-    client-side parameter binding (Django's default cursor for psycopg 3), and prepared statements only where the
-    service prepares them (execute_prepared, as apps.core.db.prepared; config.env sets the same threshold)."""
+    client-side parameter binding (Django's default cursor for psycopg 3), server-side binding where the service
+    binds so (execute_bound), and prepared statements only where the service prepares them (execute_prepared, as
+    apps.core.db.prepared; config.env sets the same threshold)."""
     import psycopg
 
     return psycopg.connect(
@@ -712,6 +713,16 @@ def execute_prepared(conn: Any, sql: str, params: Sequence[Any]) -> Any:
     if sink is not None:
         sink.append(psycopg.ClientCursor(conn).mogrify(sql, params))
     return psycopg.Cursor(conn).execute(sql, params, prepare=True)
+
+
+def execute_bound(conn: Any, sql: str, params: Sequence[Any]) -> Any:
+    """A statement the service runs through apps.core.db.prepared.bound_cursor: bound server-side, never prepared."""
+    import psycopg
+
+    sink = getattr(conn.cursor_factory, "sink", None)
+    if sink is not None:
+        sink.append(psycopg.ClientCursor(conn).mogrify(sql, params))
+    return psycopg.Cursor(conn).execute(sql, params, prepare=False)
 
 
 def execute_pipelined(conn: Any, statements: Sequence[str], params: Any) -> list[tuple]:

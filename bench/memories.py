@@ -204,7 +204,9 @@ class Floor:
 
     def search(self, conn: Any, scope: Any, limit: int = 10) -> list[Any]:
         where, params = self.scope_where(scope, "m")
-        return conn.cursor().execute(
+        # Bound server-side and planned per call, as the service runs it (apps.core.db.prepared.bound_cursor).
+        return h.execute_bound(
+            conn,
             "SELECT m.id, m.namespace, m.key, m.value_ciphertext, m.attributes, m.created_at "
             f"FROM memories m WHERE {where} ORDER BY m.created_at DESC, m.id DESC LIMIT %s OFFSET %s",
             [*params, limit, 0],
@@ -213,16 +215,16 @@ class Floor:
     def namespaces(self, conn: Any, scope: Any, max_depth: int) -> list[Any]:
         from apps.memories import selectors
 
-        # The service's own loose-index-scan statement, run through psycopg alone.
+        # The service's own loose-index-scan statement, run through psycopg alone, bound as the service binds it.
         sql, params = selectors.namespaces_query(scope, [], max_depth)
-        return conn.cursor().execute(sql, params).fetchall()
+        return h.execute_bound(conn, sql, params).fetchall()
 
     def events(self, conn: Any, scope: Any, after_seq: int, limit: int = 50) -> list[Any]:
         from apps.memories import selectors
 
-        # The service's own page statement, run through psycopg alone.
+        # The service's own page statement, run through psycopg alone, bound as the service binds it.
         sql, params = selectors.events_query(scope, after_seq=after_seq, limit=limit)
-        return conn.cursor().execute(sql, params).fetchall()
+        return h.execute_bound(conn, sql, params).fetchall()
 
 
 def bulk_insert_targets(

@@ -4,9 +4,30 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
+from apps.attachments import urls as attachments_urls
+from apps.conversations import urls as conversations_urls
+from apps.core import urls as core_urls
 from apps.core import views as core_views
+from apps.events import urls as events_urls
+from apps.memories import urls as memories_urls
+from apps.sharing import urls as sharing_urls
+
+# The whole API under one resolver, tried first. Django tries the root's patterns in order, and each include whose
+# prefix does not match (admin/, oidc/, dev-idp/) or whose patterns all fail (one include per app under v1/)
+# raises and catches a Resolver404: resolving /v1/memories/events took 39 us that way, 12 us this way (issue 12).
+# Nothing else starts with v1/ and the order within is the apps' order as before, so every path resolves as before.
+API_V1 = [
+    *core_urls.urlpatterns,
+    *memories_urls.urlpatterns,
+    *conversations_urls.urlpatterns,
+    *sharing_urls.urlpatterns,
+    *attachments_urls.urlpatterns,
+    # Served by the ASGI consumer (apps.events.routing); listed here for OpenAPI and WSGI-only callers.
+    *events_urls.urlpatterns,
+]
 
 urlpatterns = [
+    path("v1/", include(API_V1)),
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
     path("metrics", core_views.prometheus_metrics, name="metrics"),
@@ -15,13 +36,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("oidc/", include("mozilla_django_oidc.urls")),
     path("dev-idp/", include("apps.core.auth.dev_idp.urls")),
-    path("v1/", include("apps.core.urls")),
-    path("v1/", include("apps.memories.urls")),
-    path("v1/", include("apps.conversations.urls")),
-    path("v1/", include("apps.sharing.urls")),
-    path("v1/", include("apps.attachments.urls")),
-    # Served by the ASGI consumer (apps.events.routing); listed here for OpenAPI and WSGI-only callers.
-    path("v1/", include("apps.events.urls")),
     # Last: every unknown path is a JSON 404, with DEBUG on or off.
     re_path(r"^", core_views.handler404, name="unmatched"),
 ]

@@ -176,11 +176,14 @@ def to_sql(compiled: CompiledFilter, column: str) -> tuple[str, list[Any]]:
                 )
                 params.extend([condition.field, condition.field, _RFC3339_SQL, condition.field, condition.field, operand])
             else:
+                # The bound as text, read by numeric: exact, as the literal of client-side binding was. Bound
+                # server-side as a number, a float would be float8, and numeric against float8 compares as float8
+                # (and float8::numeric keeps 15 digits), so 2**53 + 1 would not be > 2.0**53.
                 parts.append(
                     f"(CASE WHEN jsonb_typeof({column} -> %s) = 'number' "
-                    f"THEN ({column} ->> %s)::numeric END) {sql_op} %s"
+                    f"THEN ({column} ->> %s)::numeric END) {sql_op} %s::numeric"
                 )
-                params.extend([condition.field, condition.field, operand])
+                params.extend([condition.field, condition.field, str(operand)])
     if not parts:
         return "TRUE", []
     return " AND ".join(parts), params

@@ -4,10 +4,11 @@ statement, the switch turns it off, and query logging and error translation stil
 from __future__ import annotations
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.db.prepared import prepared_cursor, run_pipelined
+from apps.core.db.prepared import bound_cursor, prepared_cursor, run_pipelined
 from apps.memories.selectors import GET_MEMORY_SQL
 from tests.memories.conftest import get, put_ok
 
@@ -62,6 +63,35 @@ def test_prepared_statements_show_in_the_query_log() -> None:
 def test_database_errors_are_django_errors() -> None:
     with pytest.raises(DatabaseError), prepared_cursor() as cursor:
         cursor.execute("SELECT 1 / %s::int", [0])
+
+
+# --- bound_cursor: server-side binding, never prepared ---------------------------------------------------------------
+
+
+def test_bound_statements_are_never_prepared_and_show_in_the_query_log() -> None:
+    with CaptureQueriesContext(connection) as captured:
+        for _ in range(3):
+            with bound_cursor() as cursor:
+                cursor.execute("SELECT %s::int + 2, %s::text[]", [40, ["a", "b'c"]])
+                assert cursor.fetchall() == [(42, ["a", "b'c"])]
+    assert captured.captured_queries[-1]["sql"] == "SELECT 40::int + 2, '{a,b''c}'::text[]"
+    assert not any(statement.startswith("SELECT $1::int + 2") for statement in _prepared_statements())
+
+
+def test_bound_statement_errors_are_django_errors() -> None:
+    with pytest.raises(DatabaseError), bound_cursor() as cursor:
+        cursor.execute("SELECT 1 / %s::int", [0])
+
+
+def test_after_a_failed_statement_in_atomic_django_refuses_the_next_one() -> None:
+    with transaction.atomic():
+        # An inner block without a savepoint (as Model.save() uses) leaves the outer one failed.
+        with pytest.raises(DatabaseError), transaction.atomic(savepoint=False), bound_cursor() as cursor:
+            cursor.execute("SELECT 1 / %s::int", [0])
+        for cursor_of in (bound_cursor, prepared_cursor):
+            with pytest.raises(TransactionManagementError), cursor_of() as cursor:
+                cursor.execute("SELECT %s::int", [1])
+        transaction.set_rollback(True)
 
 
 # --- run_pipelined: several statements, one round trip, one transaction --------------------------------------------

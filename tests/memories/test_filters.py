@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from apps.core.db.prepared import bound_cursor
 from apps.core.errors import ApiError
 from apps.memories import filters
 from tests.memories.conftest import COPY_ATTRIBUTES_REGO, assert_validation_error, put_ok, search, search_keys
@@ -18,14 +19,20 @@ pytestmark = pytest.mark.django_db
 
 
 def matches(raw_filter: Any, attributes: Any) -> bool:
-    """Run the compiled filter against one literal jsonb value (None: SQL NULL attributes)."""
+    """Run the compiled filter against one literal jsonb value (None: SQL NULL attributes), with its parameters
+    bound server-side (attribute search, namespaces and events) and client-side (Django's cursor: semantic search);
+    both must agree."""
     sql, params = filters.to_sql(filters.parse_filter(raw_filter), "t.attributes")
+    statement = f"SELECT coalesce(({sql}), false) FROM (SELECT %s::jsonb AS attributes) t"
+    params = [*params, None if attributes is None else json.dumps(attributes)]
+    with bound_cursor() as cursor:
+        cursor.execute(statement, params)
+        bound = cursor.fetchone()[0]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT coalesce(({sql}), false) FROM (SELECT %s::jsonb AS attributes) t",
-            [*params, None if attributes is None else json.dumps(attributes)],
-        )
-        return cursor.fetchone()[0]
+        cursor.execute(statement, params)
+        quoted = cursor.fetchone()[0]
+    assert bound is quoted, (raw_filter, attributes)
+    return bound
 
 
 def prefix_matches(prefix: list[str], namespace: list[str], sql_for: Any = filters.namespace_prefix_sql) -> bool:
@@ -201,6 +208,10 @@ def test_merged_equalities_keep_every_condition(first, second, attributes, expec
         ({"a": {"gt": 1.5}}, {"a": 2}, True),
         ({"a": {"lt": -1}}, {"a": -2.5}, True),
         ({"a": {"gt": 0, "lt": 5}}, {"a": 7}, False),
+        # exactly, beyond float precision: neither as float8 (2**53 + 1 == 2.0**53) nor rounded to 15 digits
+        ({"a": {"gt": 9007199254740992.0}}, {"a": 9007199254740993}, True),
+        ({"a": {"gt": 9007199254740992.0}}, {"a": 9007199254740991}, False),
+        ({"a": {"lt": 0.30000000000000004}}, {"a": 0.3}, True),
         # a value of another type never matches a range (and is no error)
         ({"a": {"gt": 1}}, {"a": "10"}, False),
         ({"a": {"lt": 100}}, {"a": "abc"}, False),
