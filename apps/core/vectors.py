@@ -6,7 +6,6 @@
 - ``ScopeSizes``: the exact-vs-ANN plan choice. A scope of at most ``threshold`` vectors (counted with a bounded
   probe, cached briefly) is ranked exactly: walking HNSW for a selective filter visits more candidates than the
   scope holds, so exact is faster there and has recall 1. A larger scope walks HNSW with pgvector's iterative scan.
-- ``run_search``: a search statement with the planner and pgvector settings it needs, in one round trip.
 - ``reciprocal_rank_fusion``: fusing ranked lists (conversation search's ``auto``).
 """
 
@@ -14,13 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
-from apps.core.db.prepared import run_pipelined
 from apps.core.embeddings import EmbeddingProvider
 
 _ensured: set[tuple[str, str]] = set()
@@ -67,23 +65,6 @@ def ensure_hnsw_index(table: str, index_name: str, dimension: int) -> None:
 
 def forget_ensured() -> None:
     _ensured.clear()
-
-
-def run_search(sql: str, params: Sequence[Any], local_settings: Mapping[str, str]) -> list[tuple]:
-    """The rows of ``sql``, run with ``local_settings`` (``SET LOCAL``: this statement's transaction only).
-
-    Settings and statement travel in one round trip as one transaction (apps.core.db.prepared.run_pipelined), where
-    a transaction, two or three SETs and the query were four to six. Both are prepared, so PostgreSQL parses the
-    long statement once per connection, but it is still planned on every call (``plan_cache_mode`` =
-    ``force_custom_plan``): whether the HNSW index or the scope's own indexes serve a scope best depends on how
-    selective its prefix and filter are, which a generic plan would not see. PostgreSQL CPU per search at 100k
-    vectors (ANN, ef_search 100, alternating rounds): 3.6-3.8 ms as separate statements, 2.8-3.0 ms like this.
-    """
-    names = [*local_settings, "plan_cache_mode"]
-    values = [*local_settings.values(), "force_custom_plan"]
-    set_sql = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names)
-    set_params = [item for pair in zip(names, values, strict=True) for item in pair]
-    return run_pipelined([(set_sql, set_params), (sql, list(params))])
 
 
 class ScopeSizes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 
 from apps.core import vectors
 from apps.core.embeddings import EmbeddingProvider
@@ -91,24 +92,23 @@ _RANKED = """
 
 
 def _exact(dimension: int, vector_literal: str, scope_sql: str, scope_params: list[Any], count: int) -> list[Neighbour]:
-    rows = vectors.run_search(
-        f"""
-        WITH candidates AS MATERIALIZED (
-            SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
-            FROM memory_vectors v WHERE {scope_sql}
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The HNSW index must not be used here: the point is to compare every vector in the (small) scope.
+        cursor.execute("SET LOCAL enable_indexscan = off")
+        # A scope this small is read in a few ms; starting parallel workers costs more than it saves (conversation
+        # search measured 15-40 ms with a Gather against 5-9 ms without on 2 loaded cores).
+        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        cursor.execute(
+            f"""
+            WITH candidates AS MATERIALIZED (
+                SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
+                FROM memory_vectors v WHERE {scope_sql}
+            )
+            {_RANKED} LIMIT %s
+            """,  # noqa: S608 - identifiers come from code; values are bound parameters
+            [vector_literal, *scope_params, count],
         )
-        {_RANKED} LIMIT %s
-        """,  # noqa: S608 - identifiers come from code; values are bound parameters
-        [vector_literal, *scope_params, count],
-        {
-            # The HNSW index must not be used here: the point is to compare every vector in the (small) scope.
-            "enable_indexscan": "off",
-            # A scope this small is read in a few ms; starting parallel workers costs more than it saves
-            # (conversation search measured 15-40 ms with a Gather against 5-9 ms without on 2 loaded cores).
-            "max_parallel_workers_per_gather": "0",
-        },
-    )
-    return [Neighbour(memory_id, float(best)) for memory_id, best, _vectors in rows]
+        return [Neighbour(memory_id, float(best)) for memory_id, best, _vectors in cursor.fetchall()]
 
 
 def _approximate(
@@ -116,22 +116,22 @@ def _approximate(
 ) -> list[Neighbour]:
     fetch = max(count * 4, 40)
     while True:
-        rows = vectors.run_search(
-            f"""
-            WITH candidates AS MATERIALIZED (
-                SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
-                FROM memory_vectors v WHERE {scope_sql}
-                ORDER BY distance
-                LIMIT %s
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cursor.execute(f"SET LOCAL hnsw.ef_search = {max(int(settings.MEMORY_VECTOR_EF_SEARCH), min(fetch, 1000))}")
+            cursor.execute(
+                f"""
+                WITH candidates AS MATERIALIZED (
+                    SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
+                    FROM memory_vectors v WHERE {scope_sql}
+                    ORDER BY distance
+                    LIMIT %s
+                )
+                {_RANKED}
+                """,  # noqa: S608 - identifiers come from code; values are bound parameters
+                [vector_literal, *scope_params, fetch],
             )
-            {_RANKED}
-            """,  # noqa: S608 - identifiers come from code; values are bound parameters
-            [vector_literal, *scope_params, fetch],
-            {
-                "hnsw.iterative_scan": "relaxed_order",
-                "hnsw.ef_search": str(max(int(settings.MEMORY_VECTOR_EF_SEARCH), min(fetch, 1000))),
-            },
-        )
+            rows = cursor.fetchall()
         candidates = sum(vectors for _memory_id, _best, vectors in rows)
         exhausted = candidates < fetch  # the scope holds no more vectors than we got
         if len(rows) >= count or exhausted or fetch >= settings.MEMORY_VECTOR_MAX_CANDIDATES:

@@ -140,10 +140,3 @@ def test_pipelined_statements_run_prepared_and_logged(settings) -> None:
     settings.DB_PREPARED_STATEMENTS = False
     assert run_pipelined(["SELECT %(n)s::int + 3"], {"n": 40}) == [(43,)]
     assert "SELECT $1::int + 3" not in _prepared_statements()
-
-
-def test_a_statement_may_carry_its_own_parameters() -> None:
-    with CaptureQueriesContext(connection) as captured:
-        rows = run_pipelined([("SELECT %s::int * 2", [21]), "SELECT %(n)s::int - 1"], {"n": 43})
-    assert rows == [(42,)]
-    assert [query["sql"] for query in captured.captured_queries[-2:]] == ["SELECT 21::int * 2", "SELECT 43::int - 1"]

@@ -114,13 +114,11 @@ def bound_cursor() -> AbstractContextManager[BoundCursor]:
 
 
 Params = Sequence[Any] | Mapping[str, Any]
-# A statement, or a statement with parameters of its own.
-Statement = str | tuple[str, Params]
 
 
-def run_pipelined(statements: Sequence[Statement], params: Params = ()) -> list[tuple]:
-    """Run ``statements`` in one round trip, as one transaction, prepared; the rows of the last one. A plain string
-    is given ``params``; a ``(sql, params)`` pair its own.
+def run_pipelined(statements: Sequence[str], params: Params) -> list[tuple]:
+    """Run ``statements`` (each given the same ``params``) in one round trip, as one transaction, prepared; the rows
+    of the last one.
 
     Outside a transaction they form the implicit transaction that the pipeline's single Sync message ends: one
     statement failing rolls back all of them. Inside a caller's atomic() they join its transaction. Under READ
@@ -130,19 +128,17 @@ def run_pipelined(statements: Sequence[Statement], params: Params = ()) -> list[
     prepare = getattr(settings, "DB_PREPARED_STATEMENTS", True)
     started = time.monotonic()
     cursors: list[psycopg.Cursor] = []
-    pairs = [statement if isinstance(statement, tuple) else (statement, params) for statement in statements]
     with db.wrap_database_errors:
         raw_connection = _ready_connection(db)
         try:
             with raw_connection.pipeline():
-                for sql, own_params in pairs:
+                for sql in statements:
                     cursor = psycopg.Cursor(raw_connection)
                     cursors.append(cursor)
-                    cursor.execute(sql, own_params, prepare=prepare)
+                    cursor.execute(sql, params, prepare=prepare)
             return cursors[-1].fetchall()
         finally:
             for cursor in cursors:
                 cursor.close()
             if db.queries_logged:
-                for sql, own_params in pairs:
-                    _log_queries(db, (sql,), own_params, started)
+                _log_queries(db, statements, params, started)
