@@ -18,8 +18,6 @@ and would otherwise see an empty body (a chunked PUT was a 400). Anything past t
 endpoint accepts, so the application answers its own 413 on what was read.
 
 Streaming responses (downloads) and larger declared bodies keep a2wsgi's own path, with its back-pressure.
-
-Requests run on ``LifoThreadPool``: the thread that went idle last takes the next request.
 Ordering holds because the loop runs ``call_soon_threadsafe`` callbacks in submission order: the response is
 queued before the thread pool's completion callback resumes the responder, which then ends the queue and waits
 for the sender.
@@ -27,14 +25,11 @@ for the sender.
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import contextvars
 import functools
 import io
 import tempfile
-import threading
-from typing import IO, Any
+from typing import IO
 
 from a2wsgi.wsgi import WSGIMiddleware, WSGIResponder, build_environ
 from django.conf import settings
@@ -182,104 +177,7 @@ async def acknowledge_lifespan(receive, send) -> None:
             return
 
 
-class _Slot:
-    """One pool thread: the job it is given, and the semaphore it sleeps on while idle."""
-
-    __slots__ = ("job", "wake")
-
-    def __init__(self, job: tuple | None) -> None:
-        self.job = job
-        self.wake = threading.Semaphore(0)
-
-
-class LifoThreadPool(concurrent.futures.Executor):
-    """A thread pool whose most recently idle thread takes the next job; up to ``max_workers`` threads.
-
-    The standard ThreadPoolExecutor's idle threads all wait on one queue and take jobs in turn, so one request
-    after another lands on a different thread and, since each thread keeps its own database connection, on a
-    different PostgreSQL backend, with its CPU caches cold each time. At one client with the 16 threads warm, the
-    web process spent 0.2-0.6 ms more CPU per request and PostgreSQL 0.1-0.2 ms more than with 2 threads
-    (``bench/memories.py --concurrency 1``, two alternating rounds: search 1.65-1.85 against 1.30-1.47 ms of web
-    CPU, issue 12). Here a light load stays on a few hot threads and connections; a heavy one still gets all.
-    Jobs arriving while every thread is busy wait in arrival order.
-    """
-
-    def __init__(self, max_workers: int, thread_name_prefix: str = "WSGI") -> None:
-        if max_workers < 1:
-            raise ValueError("max_workers must be at least 1")
-        self._max_workers = max_workers
-        self._prefix = thread_name_prefix
-        self._lock = threading.Lock()
-        self._idle: list[_Slot] = []  # the most recently idle last
-        self._backlog: collections.deque[tuple] = collections.deque()
-        self._threads = 0
-        self._shutdown = False
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        job = (future, fn, args, kwargs)
-        with self._lock:
-            if self._shutdown:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            if self._idle:
-                slot = self._idle.pop()
-                slot.job = job
-                slot.wake.release()
-            elif self._threads < self._max_workers:
-                self._threads += 1
-                name = f"{self._prefix}_{self._threads - 1}"
-                threading.Thread(target=self._work, args=(_Slot(job),), name=name, daemon=True).start()
-            else:
-                self._backlog.append(job)
-        return future
-
-    def _work(self, slot: _Slot) -> None:
-        while True:
-            job, slot.job = slot.job, None
-            if job is None:  # shut down
-                return
-            future, fn, args, kwargs = job
-            del job
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as exc:  # handed to the waiting caller, as ThreadPoolExecutor does
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            # No references to the finished request while idle.
-            del future, fn, args, kwargs
-            result = None
-            with self._lock:
-                if self._backlog:
-                    slot.job = self._backlog.popleft()
-                    continue
-                if self._shutdown:
-                    return
-                self._idle.append(slot)
-            slot.wake.acquire()
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Idle threads end now, busy ones after their job; queued jobs still run unless ``cancel_futures``.
-        The threads are daemons: ``wait`` is accepted and ignored."""
-        with self._lock:
-            self._shutdown = True
-            if cancel_futures:
-                for future, *_ in self._backlog:
-                    future.cancel()
-                self._backlog.clear()
-            idle, self._idle = self._idle, []
-        for slot in idle:
-            slot.job = None
-            slot.wake.release()
-
-
 class CoalescingWSGIMiddleware(WSGIMiddleware):
-    def __init__(self, app: Any, workers: int = 10, send_queue_size: int = 10) -> None:
-        super().__init__(app, workers, send_queue_size)
-        self.executor.shutdown(wait=False)  # a2wsgi's own pool; it has started no thread yet
-        self.executor = LifoThreadPool(workers, thread_name_prefix="WSGI")
-
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             responder = CoalescingResponder(self.app, self.executor, self.send_queue_size)
