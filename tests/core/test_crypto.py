@@ -188,17 +188,6 @@ def test_keyring_is_cached_until_the_setting_changes(settings):
     assert crypto.primary_key_id() == "k2"
 
 
-def test_a_ring_read_once_opens_what_keyring_would(settings):
-    settings.MEMORY_ENCRYPTION_KEYS = f"k1:{K1}"
-    blob = crypto.encrypt(b"v", purpose="p", row_id="r")
-    ring = crypto.keyring()
-    assert crypto.decrypt(blob, purpose="p", row_id="r", ring=ring) == b"v"
-    with pytest.raises(crypto.DecryptionError):
-        crypto.decrypt(blob, purpose="p", row_id="other", ring=ring)
-    with pytest.raises(crypto.DecryptionError, match="unknown encryption key id 'k1'"):
-        crypto.decrypt(blob, purpose="p", row_id="r", ring=crypto.parse_keyring(f"k2:{K2}"))
-
-
 def test_empty_purpose_is_refused(ring):
     with pytest.raises(ValueError):
         crypto.encrypt(b"v", purpose="", row_id="r")
