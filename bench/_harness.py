@@ -696,7 +696,7 @@ class HttpWorker:
 def floor_connection(database_url: str, cursor_factory: Any = None) -> Any:
     """A psycopg connection shaped like the service's: autocommit (Django's atomic() issues BEGIN/COMMIT),
     client-side parameter binding (Django's default cursor for psycopg 3), server-side binding where the service
-    binds so (execute_bound), and prepared statements only where the service prepares them (execute_prepared, as
+    binds so (execute_bound), and prepared statements only where the service prepares them (``prepare=True``, as
     apps.core.db.prepared; config.env sets the same threshold)."""
     import psycopg
 
@@ -705,24 +705,22 @@ def floor_connection(database_url: str, cursor_factory: Any = None) -> Any:
     )
 
 
-def execute_prepared(conn: Any, sql: str, params: Sequence[Any]) -> Any:
-    """A statement the service runs through apps.core.db.prepared: bound server-side and prepared on first use."""
+def _trace(conn: Any, sql: str, params: Any) -> None:
+    """Record the statement as the service's query log would show it, when the connection traces (SQL parity)."""
     import psycopg
 
     sink = getattr(conn.cursor_factory, "sink", None)
     if sink is not None:
         sink.append(psycopg.ClientCursor(conn).mogrify(sql, params))
-    return psycopg.Cursor(conn).execute(sql, params, prepare=True)
 
 
-def execute_bound(conn: Any, sql: str, params: Sequence[Any]) -> Any:
-    """A statement the service runs through apps.core.db.prepared.bound_cursor: bound server-side, never prepared."""
+def execute_bound(conn: Any, sql: str, params: Sequence[Any], *, prepare: bool = False) -> Any:
+    """A statement the service binds server-side: through apps.core.db.prepared.bound_cursor (never prepared) or,
+    with ``prepare``, prepared_cursor (prepared on first use)."""
     import psycopg
 
-    sink = getattr(conn.cursor_factory, "sink", None)
-    if sink is not None:
-        sink.append(psycopg.ClientCursor(conn).mogrify(sql, params))
-    return psycopg.Cursor(conn).execute(sql, params, prepare=False)
+    _trace(conn, sql, params)
+    return psycopg.Cursor(conn).execute(sql, params, prepare=prepare)
 
 
 def execute_pipelined(conn: Any, statements: Sequence[str], params: Any) -> list[tuple]:
@@ -730,12 +728,10 @@ def execute_pipelined(conn: Any, statements: Sequence[str], params: Any) -> list
     transaction, prepared; the rows of the last."""
     import psycopg
 
-    sink = getattr(conn.cursor_factory, "sink", None)
     cursors = []
     with conn.pipeline():
         for sql in statements:
-            if sink is not None:
-                sink.append(psycopg.ClientCursor(conn).mogrify(sql, params))
+            _trace(conn, sql, params)
             cursors.append(psycopg.Cursor(conn).execute(sql, params, prepare=True))
     return cursors[-1].fetchall()
 
@@ -773,7 +769,7 @@ def tracing_cursor_class(sink: list[str]) -> type:
     import psycopg
 
     class TracingCursor(psycopg.ClientCursor):  # type: ignore[type-arg]
-        sink = None  # set below; execute_prepared records into it too
+        sink = None  # set below; _trace records into it too
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             sink.append(self.mogrify(query, params))

@@ -187,7 +187,9 @@ class Floor:
         from apps.memories import selectors
 
         # The service's own statement, run through psycopg alone, prepared as the service runs it.
-        return h.execute_prepared(conn, selectors.GET_MEMORY_SQL, [item.namespace, item.key, datetime.now(UTC)]).fetchone()
+        return h.execute_bound(
+            conn, selectors.GET_MEMORY_SQL, [item.namespace, item.key, datetime.now(UTC)], prepare=True
+        ).fetchone()
 
     @staticmethod
     def scope_where(scope: Any, table: str) -> tuple[str, list[Any]]:

@@ -10,19 +10,13 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.core.db.prepared import bound_cursor, prepared_cursor, run_pipelined
 from apps.memories.selectors import GET_MEMORY_SQL
-from tests.memories.conftest import get, put_ok
+from tests.memories.conftest import get, prepared_statements, put_ok
 
 pytestmark = pytest.mark.django_db
 
 
-def _prepared_statements() -> list[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        return [row[0] for row in cursor.fetchall()]
-
-
 def _get_statement_prepared() -> bool:
-    return any(statement.startswith(GET_MEMORY_SQL.split(" WHERE")[0]) for statement in _prepared_statements())
+    return any(statement.startswith(GET_MEMORY_SQL.split(" WHERE")[0]) for statement in prepared_statements())
 
 
 def _forget_prepared_statements() -> None:
@@ -75,7 +69,7 @@ def test_bound_statements_are_never_prepared_and_show_in_the_query_log() -> None
                 cursor.execute("SELECT %s::int + 2, %s::text[]", [40, ["a", "b'c"]])
                 assert cursor.fetchall() == [(42, ["a", "b'c"])]
     assert captured.captured_queries[-1]["sql"] == "SELECT 40::int + 2, '{a,b''c}'::text[]"
-    assert not any(statement.startswith("SELECT $1::int + 2") for statement in _prepared_statements())
+    assert not any(statement.startswith("SELECT $1::int + 2") for statement in prepared_statements())
 
 
 def test_bound_statement_errors_are_django_errors() -> None:
@@ -134,9 +128,9 @@ def test_pipelined_statements_run_prepared_and_logged(settings) -> None:
     with CaptureQueriesContext(connection) as captured:
         assert run_pipelined(["SELECT %(n)s::int + 1", "SELECT %(n)s::int + 2"], {"n": 40}) == [(42,)]
     assert [query["sql"] for query in captured.captured_queries[-2:]] == ["SELECT 40::int + 1", "SELECT 40::int + 2"]
-    prepared = _prepared_statements()
+    prepared = prepared_statements()
     assert "SELECT $1::int + 1" in prepared
     assert "SELECT $1::int + 2" in prepared
     settings.DB_PREPARED_STATEMENTS = False
     assert run_pipelined(["SELECT %(n)s::int + 3"], {"n": 40}) == [(43,)]
-    assert "SELECT $1::int + 3" not in _prepared_statements()
+    assert "SELECT $1::int + 3" not in prepared_statements()

@@ -115,6 +115,15 @@ def assert_denied(response) -> dict:
     return body
 
 
+def prepared_statements() -> list[str]:
+    """The statements PostgreSQL keeps prepared on this thread's connection (the one the test client uses)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
 def counts() -> tuple[int, int]:
     return Memory.objects.count(), MemoryEvent.objects.count()
 

@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tests.memories.conftest import EVENTS, NAMESPACES, put_ok, search_items, url
+from tests.memories.conftest import EVENTS, NAMESPACES, prepared_statements, put_ok, search_items, url
 
 pytestmark = pytest.mark.django_db
 
@@ -33,18 +33,12 @@ def _last_statement_received() -> str:
         observer.close()
 
 
-def _prepared_statements() -> list[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        return [row[0] for row in cursor.fetchall()]
-
-
 def _assert_bound_server_side(statement: str, starts: str, *values: str) -> None:
     assert statement.lstrip().startswith(starts), statement
     assert "$1" in statement and "%s" not in statement, statement
     for value in values:
         assert value not in statement, (value, statement)
-    assert statement not in _prepared_statements()
+    assert statement not in prepared_statements()
 
 
 @pytest.fixture
