@@ -11,7 +11,9 @@ each worker instead.
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 
 from apps.core.native import tune_malloc
 
@@ -22,6 +24,43 @@ preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() not in ("0", "f
 if preload_app:
     # Read by config.wsgi while the master imports the application: defer the model warm-up to post_fork.
     os.environ["WEB_PRELOAD_MASTER_PID"] = str(os.getpid())
+
+
+# Each worker listens on a socket of its own (SO_REUSEPORT; gunicorn then opens no socket in the master) and the
+# kernel spreads new connections over them. On one socket shared by every worker, the worker that wakes first accepts
+# every pending connection (uvloop drains the accept queue), so a burst of keep-alive connections could all land on
+# one worker and leave the other core idle (issue 12: all 16 of a benchmark's connections on one of two workers, web
+# CPU 95% of one core at concurrency 16). The cost: a connection still in a worker's queue when that worker exits is
+# reset. GUNICORN_REUSE_PORT=false goes back to the shared socket; a Unix socket or port 0 always uses it.
+reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "true").lower() not in ("0", "false", "no", "off")
+
+
+def on_starting(server) -> None:
+    if server.cfg.reuse_port:
+        _check_reuse_port(server)
+
+
+def _check_reuse_port(server) -> None:
+    """Keep a shared socket where per-worker sockets cannot work, and refuse a port already in use.
+
+    Workers on a Unix socket would each unlink the path the other bound, and port 0 would give each worker a
+    different port. A port in use must fail here: with SO_REUSEPORT a second server of the same user would bind it
+    too and quietly take half the connections. A probe without SO_REUSEPORT cannot bind beside any listener."""
+    addresses = server.cfg.address
+    if any(not isinstance(address, tuple) or address[1] == 0 for address in addresses):
+        server.cfg.set("reuse_port", False)
+        return
+    for host, port in addresses:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    server.log.error("Address %s:%s is already in use", host, port)
+                    raise SystemExit(1) from None
+                raise
 
 
 def when_ready(server) -> None:

@@ -1,0 +1,95 @@
+"""The web server's listening sockets (config/gunicorn.conf.py): one per worker, and a port in use refused.
+
+With one socket shared by all workers, the worker that woke first accepted every pending connection, so a burst of
+keep-alive connections could all land on one worker and leave the other core idle (issue 12).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from tests.live_service import LiveService
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _children(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children]
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed since the listing
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def _tcp_sockets(port: int) -> list[tuple[str, str]]:
+    """(state, inode) of every IPv4 TCP socket on local ``port`` (state 0A = listening, 01 = established)."""
+    sockets = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].split(":")[1], 16)
+        if local_port == port:
+            sockets.append((fields[3], fields[9]))
+    return sockets
+
+
+def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_reaches_both(tmp_path) -> None:
+    service = LiveService(db_settings=connection.settings_dict, log_path=tmp_path / "web.log", workers=2).start()
+    clients = []
+    try:
+        workers = _children(service.process.pid)
+        assert len(workers) == 2
+        # 16 keep-alive connections opened back to back, as a benchmark or an upstream proxy's pool does.
+        for _ in range(16):
+            client = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+            client.request("GET", "/healthz")
+            assert client.getresponse().read() == b'{"status":"ok"}'
+            clients.append(client)
+
+        sockets = _tcp_sockets(service.port)
+        owner = {inode: pid for pid in [service.process.pid, *workers] for inode in _socket_inodes(pid)}
+        listeners = Counter(owner.get(inode) for state, inode in sockets if state == "0A")
+        served = Counter(owner.get(inode) for state, inode in sockets if state == "01" and inode in owner)
+        assert listeners == {workers[0]: 1, workers[1]: 1}, service.log_tail()
+        assert sum(served.values()) == 16
+        # The kernel hashes connections over the two sockets: all 16 on one worker has odds of 1 in 32,768.
+        assert set(served) == set(workers), served
+    finally:
+        for client in clients:
+            client.close()
+        service.stop()
+
+
+def test_a_second_server_on_a_port_in_use_refuses_to_start(tmp_path) -> None:
+    first = LiveService(db_settings=connection.settings_dict, log_path=tmp_path / "first.log").start()
+    try:
+        second = LiveService(db_settings=connection.settings_dict, log_path=tmp_path / "second.log")
+        second.port = first.port
+        with pytest.raises(RuntimeError, match="exited with"):
+            second.start()
+        assert f"Address 127.0.0.1:{first.port} is already in use" in second.log_tail()
+        # The first server still answers every connection: the second never joined its port.
+        for _ in range(8):
+            client = http.client.HTTPConnection("127.0.0.1", first.port, timeout=10)
+            client.request("GET", "/healthz")
+            assert client.getresponse().status == 200
+            client.close()
+    finally:
+        first.stop()
+        if second.process is not None and second.process.poll() is None:
+            os.killpg(second.process.pid, signal.SIGKILL)
