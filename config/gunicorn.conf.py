@@ -31,7 +31,7 @@ if preload_app:
 # every pending connection (uvloop drains the accept queue), so a burst of keep-alive connections could all land on
 # one worker and leave the other core idle (issue 12: all 16 of a benchmark's connections on one of two workers, web
 # CPU 95% of one core at concurrency 16). The cost: a connection still in a worker's queue when that worker exits is
-# reset. GUNICORN_REUSE_PORT=false goes back to the shared socket; a Unix socket or port 0 always uses it.
+# reset. GUNICORN_REUSE_PORT=false goes back to the shared socket; a Unix socket, port 0 or systemd's sockets always use it.
 reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "true").lower() not in ("0", "false", "no", "off")
 
 
@@ -43,11 +43,12 @@ def on_starting(server) -> None:
 def _check_reuse_port(server) -> None:
     """Keep a shared socket where per-worker sockets cannot work, and refuse a port already in use.
 
-    Workers on a Unix socket would each unlink the path the other bound, and port 0 would give each worker a
-    different port. A port in use must fail here: with SO_REUSEPORT a second server of the same user would bind it
+    Workers on a Unix socket would each unlink the path the other bound, port 0 would give each worker a different
+    port, and sockets from systemd would go unused. A port in use must fail here: with SO_REUSEPORT a second server of the same user would bind it
     too and quietly take half the connections. A probe without SO_REUSEPORT cannot bind beside any listener."""
     addresses = server.cfg.address
-    if any(not isinstance(address, tuple) or address[1] == 0 for address in addresses):
+    socket_activated = bool(os.environ.get("LISTEN_FDS"))  # systemd hands over sockets the workers must share
+    if socket_activated or any(not isinstance(address, tuple) or address[1] == 0 for address in addresses):
         server.cfg.set("reuse_port", False)
         return
     for host, port in addresses:
