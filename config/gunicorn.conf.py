@@ -34,6 +34,13 @@ if preload_app:
 # reset. GUNICORN_REUSE_PORT=false goes back to the shared socket; a Unix socket, port 0 or systemd's sockets always use it.
 reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "true").lower() not in ("0", "false", "no", "off")
 
+# gunicorn's control socket (for gunicornc: worker counts, reload, shutdown) defaults to one path per user,
+# $XDG_RUNTIME_DIR or $HOME/.gunicorn/gunicorn.ctl, which a second server of the same user (a benchmark next to
+# `make run`) takes over. Nothing here uses it: off unless GUNICORN_CONTROL_SOCKET names a path for it.
+control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+if not control_socket_disable:
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+
 
 def on_starting(server) -> None:
     if server.cfg.reuse_port:

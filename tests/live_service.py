@@ -88,8 +88,6 @@ class LiveService:
             str(self.workers),
             "--graceful-timeout",
             "5",
-            # gunicorn's control socket defaults to one path under $HOME for every instance on the machine.
-            "--no-control-socket",
         ]
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(

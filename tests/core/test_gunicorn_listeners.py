@@ -1,4 +1,5 @@
-"""The web server's listening sockets (config/gunicorn.conf.py): one per worker, and a port in use refused.
+"""The web server's listening sockets (config/gunicorn.conf.py): one per worker, a port in use refused, and no
+control socket unless asked for.
 
 With one socket shared by all workers, the worker that woke first accepted every pending connection, so a burst of
 keep-alive connections could all land on one worker and leave the other core idle (issue 12).
@@ -9,6 +10,7 @@ from __future__ import annotations
 import http.client
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -93,3 +95,34 @@ def test_a_second_server_on_a_port_in_use_refuses_to_start(tmp_path) -> None:
         first.stop()
         if second.process is not None and second.process.poll() is None:
             os.killpg(second.process.pid, signal.SIGKILL)
+
+
+def test_no_control_socket_unless_one_is_asked_for(tmp_path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    environment = {"HOME": str(home), "XDG_RUNTIME_DIR": str(home)}
+
+    def control_sockets(within: float) -> list[Path]:
+        """The master opens its control socket shortly after the workers answer, and removes it when it stops."""
+        deadline = time.monotonic() + within
+        while not (found := [path for path in home.rglob("*") if path.is_socket()]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return found
+
+    asked = LiveService(
+        db_settings=connection.settings_dict,
+        log_path=tmp_path / "asked.log",
+        extra_env={**environment, "GUNICORN_CONTROL_SOCKET": str(home / "web.ctl")},
+    ).start()
+    try:
+        assert control_sockets(within=10) == [home / "web.ctl"], asked.log_tail()
+    finally:
+        asked.stop()
+    assert control_sockets(within=0) == []
+
+    service = LiveService(db_settings=connection.settings_dict, log_path=tmp_path / "web.log", extra_env=environment)
+    service.start()
+    try:
+        assert control_sockets(within=3) == [], service.log_tail()
+    finally:
+        service.stop()
