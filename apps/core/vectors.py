@@ -2,7 +2,8 @@
 
 - ``ensure_hnsw_index``: the HNSW cosine index per embedding dimension, a partial expression index on
   ``embedding::vector(<dimension>)`` (the columns are untyped ``vector`` so one table serves any provider), created
-  once per process on first use; queries use the same expression so the planner can take it.
+  once per process on first use, under an advisory lock so that processes arriving together do not collide;
+  queries use the same expression so the planner can take it.
 - ``ScopeSizes``: the exact-vs-ANN plan choice. A scope of at most ``threshold`` vectors (counted with a bounded
   probe, cached briefly) is ranked exactly: walking HNSW for a selective filter visits more candidates than the
   scope holds, so exact is faster there and has recall 1. A larger scope walks HNSW with pgvector's iterative scan.
@@ -17,12 +18,15 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from apps.core.embeddings import EmbeddingProvider
 
 _ensured: set[tuple[str, str]] = set()
 _ensure_lock = threading.Lock()
+# The class half of the two-int advisory lock taken while an index is created: apart from every other advisory lock
+# of the service (apps.memories.services, apps.core.claims).
+_INDEX_LOCK_CLASS = 0x686E7377  # "hnsw"
 
 
 def model_tag(provider: EmbeddingProvider) -> str:
@@ -48,19 +52,28 @@ def ensure_hnsw_index(table: str, index_name: str, dimension: int) -> None:
     with _ensure_lock:
         if key in _ensured:
             return
-        dim = int(dimension)
-        with connection.cursor() as cursor:
-            # Inside a transaction that wrote vectors, deferred FK checks must run before an index can be built.
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            cursor.execute(
-                f"CREATE INDEX IF NOT EXISTS {index_name} ON {table} "
-                f"USING hnsw ((embedding::vector({dim})) vector_cosine_ops) "
-                f"WITH (m = {int(settings.MEMORY_VECTOR_HNSW_M)}, ef_construction = "
-                f"{int(settings.MEMORY_VECTOR_HNSW_EF_CONSTRUCTION)}) "
-                # Partial: rows of another dimension (during a provider change) must not be cast.
-                f"WHERE vector_dims(embedding) = {dim}"
-            )
+        create_hnsw_index(table, index_name, int(dimension))
         _ensured.add(key)
+
+
+def create_hnsw_index(table: str, index_name: str, dimension: int) -> None:
+    """The index, unless it exists; safe when several processes (web workers, Celery) get there at once."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        # IF NOT EXISTS alone lets two sessions past its check at once, and the second then fails on pg_class's
+        # unique index ("duplicate key value violates unique constraint pg_class_relname_nsp_index": a 500 on a
+        # semantic search when both web workers took their first one together). Under the lock the second waits
+        # for the first to commit and then finds the index.
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_INDEX_LOCK_CLASS, index_name])
+        # Inside a transaction that wrote vectors, deferred FK checks must run before an index can be built.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute(
+            f"CREATE INDEX IF NOT EXISTS {index_name} ON {table} "
+            f"USING hnsw ((embedding::vector({dimension})) vector_cosine_ops) "
+            f"WITH (m = {int(settings.MEMORY_VECTOR_HNSW_M)}, ef_construction = "
+            f"{int(settings.MEMORY_VECTOR_HNSW_EF_CONSTRUCTION)}) "
+            # Partial: rows of another dimension (during a provider change) must not be cast.
+            f"WHERE vector_dims(embedding) = {dimension}"
+        )
 
 
 def forget_ensured() -> None:

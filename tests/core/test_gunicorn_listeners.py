@@ -50,12 +50,19 @@ def _tcp_sockets(port: int) -> list[tuple[str, str]]:
     return sockets
 
 
+def _listeners(port: int) -> list[str]:
+    return [inode for state, inode in _tcp_sockets(port) if state == "0A"]
+
+
 def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_reaches_both(tmp_path) -> None:
     service = LiveService(db_settings=connection.settings_dict, log_path=tmp_path / "web.log", workers=2).start()
     clients = []
     try:
-        workers = _children(service.process.pid)
-        assert len(workers) == 2
+        # /healthz answers as soon as one worker is up; gunicorn forks the second right after.
+        deadline = time.monotonic() + 30
+        while len(workers := _children(service.process.pid)) < 2 or len(_listeners(service.port)) < 2:
+            assert time.monotonic() < deadline, service.log_tail()
+            time.sleep(0.1)
         # 16 keep-alive connections opened back to back, as a benchmark or an upstream proxy's pool does.
         for _ in range(16):
             client = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
