@@ -16,11 +16,12 @@ import os
 import socket
 
 from apps.core.native import tune_malloc
+from config.env import env_bool
 
 # Before the application's threads exist; the workers inherit it (see apps.core.native).
 tune_malloc()
 
-preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() not in ("0", "false", "no", "off")
+preload_app = env_bool("GUNICORN_PRELOAD", True)
 if preload_app:
     # Read by config.wsgi while the master imports the application: defer the model warm-up to post_fork.
     os.environ["WEB_PRELOAD_MASTER_PID"] = str(os.getpid())
@@ -31,8 +32,9 @@ if preload_app:
 # every pending connection (uvloop drains the accept queue), so a burst of keep-alive connections could all land on
 # one worker and leave the other core idle (issue 12: all 16 of a benchmark's connections on one of two workers, web
 # CPU 95% of one core at concurrency 16). The cost: a connection still in a worker's queue when that worker exits is
-# reset. GUNICORN_REUSE_PORT=false goes back to the shared socket; a Unix socket, port 0 or systemd's sockets always use it.
-reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "true").lower() not in ("0", "false", "no", "off")
+# reset. GUNICORN_REUSE_PORT=false goes back to the shared socket; a Unix socket, port 0 or systemd's sockets always
+# use it (_check_reuse_port).
+reuse_port = env_bool("GUNICORN_REUSE_PORT", True)
 
 # gunicorn's control socket (for gunicornc: worker counts, reload, shutdown) defaults to one path per user,
 # $XDG_RUNTIME_DIR or $HOME/.gunicorn/gunicorn.ctl, which a second server of the same user (a benchmark next to
@@ -51,8 +53,9 @@ def _check_reuse_port(server) -> None:
     """Keep a shared socket where per-worker sockets cannot work, and refuse a port already in use.
 
     Workers on a Unix socket would each unlink the path the other bound, port 0 would give each worker a different
-    port, and sockets from systemd would go unused. A port in use must fail here: with SO_REUSEPORT a second server of the same user would bind it
-    too and quietly take half the connections. A probe without SO_REUSEPORT cannot bind beside any listener."""
+    port, and sockets from systemd would go unused. A port in use must fail here: with SO_REUSEPORT a second server
+    of the same user would bind it too and quietly take half the connections. A probe without SO_REUSEPORT cannot
+    bind beside any listener."""
     addresses = server.cfg.address
     socket_activated = bool(os.environ.get("LISTEN_FDS"))  # systemd hands over sockets the workers must share
     if socket_activated or any(not isinstance(address, tuple) or address[1] == 0 for address in addresses):

@@ -29,6 +29,37 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# /proc/net/tcp socket states.
+LISTEN, ESTABLISHED = "0A", "01"
+
+
+def children(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets ``pid`` holds open."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed since the listing
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def tcp_inodes(port: int, state: str) -> list[str]:
+    """The inodes of the IPv4 TCP sockets on local ``port`` in ``state`` (LISTEN, ESTABLISHED)."""
+    inodes = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == port and fields[3] == state:
+            inodes.append(fields[9])
+    return inodes
+
+
 def database_url(settings_dict: Mapping) -> str:
     """A libpq URL for a Django DATABASES entry (the test database once pytest-django created it)."""
     user = quote(settings_dict.get("USER") or "", safe="")
@@ -91,20 +122,37 @@ class LiveService:
         ]
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            argv, env=self.env, cwd=settings.BASE_DIR, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            env=self.env,
+            cwd=settings.BASE_DIR,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the service exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
-                if requests.get(f"{self.base_url}/healthz", timeout=2).status_code == 200:
+                # /healthz answers once one worker serves; gunicorn forks the others after it, and with a socket
+                # per worker (config/gunicorn.conf.py) a connection hashed to one still booting would wait for it.
+                if self.workers_listening() and requests.get(f"{self.base_url}/healthz", timeout=2).status_code == 200:
                     return self
             except requests.RequestException:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"the service did not answer /healthz within {timeout:.0f} s:\n{self.log_tail()}")
+        raise RuntimeError(f"the service did not serve with all its workers within {timeout:.0f} s:\n{self.log_tail()}")
+
+    def worker_pids(self) -> list[int]:
+        """The gunicorn master's child processes: its workers."""
+        return children(self.process.pid)
+
+    def workers_listening(self) -> bool:
+        """Every worker is up and holds a listening socket on the port (its own, or the master's shared one)."""
+        workers = self.worker_pids()
+        listening = set(tcp_inodes(self.port, LISTEN))
+        return len(workers) == self.workers and all(socket_inodes(pid) & listening for pid in workers)
 
     def token(self, username: str) -> str:
         """An access token from the live service's own dev IdP (the password grant; password = user name)."""

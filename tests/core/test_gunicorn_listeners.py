@@ -17,52 +17,16 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from tests.live_service import LiveService
+from tests.live_service import ESTABLISHED, LISTEN, LiveService, socket_inodes, tcp_inodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _children(pid: int) -> list[int]:
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(child) for child in children]
-
-
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:  # closed since the listing
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    return inodes
-
-
-def _tcp_sockets(port: int) -> list[tuple[str, str]]:
-    """(state, inode) of every IPv4 TCP socket on local ``port`` (state 0A = listening, 01 = established)."""
-    sockets = []
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local_port = int(fields[1].split(":")[1], 16)
-        if local_port == port:
-            sockets.append((fields[3], fields[9]))
-    return sockets
-
-
-def _listeners(port: int) -> list[str]:
-    return [inode for state, inode in _tcp_sockets(port) if state == "0A"]
 
 
 def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_reaches_both(tmp_path) -> None:
     service = LiveService(db_settings=connection.settings_dict, log_path=tmp_path / "web.log", workers=2).start()
     clients = []
     try:
-        # /healthz answers as soon as one worker is up; gunicorn forks the second right after.
-        deadline = time.monotonic() + 30
-        while len(workers := _children(service.process.pid)) < 2 or len(_listeners(service.port)) < 2:
-            assert time.monotonic() < deadline, service.log_tail()
-            time.sleep(0.1)
+        workers = service.worker_pids()
         # 16 keep-alive connections opened back to back, as a benchmark or an upstream proxy's pool does.
         for _ in range(16):
             client = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
@@ -70,10 +34,9 @@ def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_reache
             assert client.getresponse().read() == b'{"status":"ok"}'
             clients.append(client)
 
-        sockets = _tcp_sockets(service.port)
-        owner = {inode: pid for pid in [service.process.pid, *workers] for inode in _socket_inodes(pid)}
-        listeners = Counter(owner.get(inode) for state, inode in sockets if state == "0A")
-        served = Counter(owner.get(inode) for state, inode in sockets if state == "01" and inode in owner)
+        owner = {inode: pid for pid in [service.process.pid, *workers] for inode in socket_inodes(pid)}
+        listeners = Counter(owner.get(inode) for inode in tcp_inodes(service.port, LISTEN))
+        served = Counter(owner[inode] for inode in tcp_inodes(service.port, ESTABLISHED) if inode in owner)
         assert listeners == {workers[0]: 1, workers[1]: 1}, service.log_tail()
         assert sum(served.values()) == 16
         # The kernel hashes connections over the two sockets: all 16 on one worker has odds of 1 in 32,768.

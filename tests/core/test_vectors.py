@@ -45,6 +45,7 @@ def test_32_sessions_creating_the_same_index_at_once_all_succeed_and_one_index_e
                 thread.start()
             for thread in threads:
                 thread.join(timeout=60)
+            assert not any(thread.is_alive() for thread in threads), "a session is still waiting"
             assert failures == []
             assert _indexes_named(INDEX) == 1
     finally:
