@@ -252,7 +252,7 @@ class Indexer(ABC):
             "rows indexed",
             extra={
                 "indexer": self.name, "rows": len(done), "failed": len(rows) - len(done),
-                "texts": sum(len(vectors_of_row) for _work, vectors_of_row in done),
+                "vectors": sum(len(vectors_of_row) for _work, vectors_of_row in done),
                 "seconds": round(time.perf_counter() - started, 3),
             },
         )  # fmt: skip
