@@ -127,13 +127,13 @@ def client_for() -> Callable[..., APIClient]:
 
 
 def wait_until_released(kind: int, timeout: float = 10.0) -> None:
-    """Wait for the claims (apps.core.claims) of a closed database session to go: its backend exits a moment after
+    """Wait for the work leases (apps.core.leases) of a closed database session to go: its backend exits a moment after
     the client hangs up, and its locks go with it."""
-    from apps.core import claims
+    from apps.core import leases
 
     deadline = time.monotonic() + timeout
-    while claims.held_by_others(kind):
-        assert time.monotonic() < deadline, "a closed session's claims are still held"
+    while leases.held_by_others(kind):
+        assert time.monotonic() < deadline, "a closed session's leases are still held"
         time.sleep(0.01)
 
 

@@ -12,8 +12,8 @@ class ConversationsConfig(AppConfig):
         # rotate_encryption_key re-encrypts entry content under the new primary key.
         crypto.register_encrypted_field("conversations.Entry", "content", CONTENT_PURPOSE, CONTENT_ROW_ID_FIELDS)
 
-        from apps.conversations import indexer
-        from apps.core import readiness
+        from apps.conversations.indexer import INDEXER
+        from apps.core import indexing
 
-        # /readyz shows the conversation indexer's backlog beside the memory indexer's.
-        readiness.register_info("conversation_indexer", indexer.readiness_info)
+        # /readyz shows the conversation indexer's backlog ("conversation_indexer") beside the memory indexer's.
+        indexing.register(INDEXER)

@@ -17,6 +17,8 @@ from django.db import models
 from django.db.models import Q
 from pgvector.django import VectorField
 
+from apps.core.models import IndexState
+
 
 class Conversation(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -56,7 +58,7 @@ class Channel(models.TextChoices):
     CONTEXT = "context"  # private to the API-key client that wrote it
 
 
-class Entry(models.Model):
+class Entry(IndexState):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="entries", db_index=False, db_column="conversation_id"
@@ -86,6 +88,12 @@ class Entry(models.Model):
             # The indexer's embedding pass.
             models.Index(
                 fields=["created_at", "id"], name="conv_entries_embed", condition=Q(embedding_pending=True)
+            ),
+            # Quarantined entries (apps.core.indexing): counted for /readyz and /metrics after every cycle.
+            models.Index(
+                fields=["index_quarantined_at"],
+                name="conv_entries_quarantined",
+                condition=Q(index_quarantined_at__isnull=False),
             ),
         ]
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 from apps.conversations import selectors
 from apps.conversations.models import Channel, Conversation, Entry
 from apps.conversations.tasks import request_indexing_quietly
-from apps.core import access, crypto, errors, signals
+from apps.core import access, crypto, errors, indexing, signals
 from apps.core.access import AccessLevel, at_least
 from apps.core.auth.principal import Principal
 from apps.events.publisher import publish
@@ -361,9 +361,10 @@ def index_entries(items: list[dict]) -> int:
             raise errors.ApiError(
                 404, "No such history entry in that conversation.", details={"entryIds": missing[:100]}
             )
+        # A new text starts with no failure counted, even on an entry its old text had quarantined.
         cursor.execute(
-            "UPDATE conversation_entries e SET indexed_content = t.text, embedding_pending = true "
-            "FROM unnest(%s::uuid[], %s::text[]) AS t(id, text) WHERE e.id = t.id",
+            "UPDATE conversation_entries e SET indexed_content = t.text, embedding_pending = true, "  # noqa: S608
+            f"{indexing.RESET_STATE_SQL} FROM unnest(%s::uuid[], %s::text[]) AS t(id, text) WHERE e.id = t.id",
             [list(latest), [item["indexedContent"] for item in latest.values()]],
         )
         updated = cursor.rowcount

@@ -35,6 +35,15 @@ CONVERSATION_INDEXER_LAG = Gauge(
     "conversation_indexer_lag_seconds", "Age of the oldest conversation entry waiting to be indexed.",
     multiprocess_mode="livemax",
 )
+# Both indexers (apps.core.indexing), labelled ``indexer`` = memory | conversation.
+INDEXER_QUARANTINED = Gauge(
+    "indexer_quarantined_rows", "Rows an indexer gave up on after repeated failures (manage.py indexing retry).",
+    ["indexer"], multiprocess_mode="livemax",
+)
+INDEXER_ROW_FAILURES = Counter(
+    "indexer_row_failures_total", "Rows that failed to index, by reason (embedding, decrypt, prepare).",
+    ["indexer", "reason"],
+)
 SSE_CONNECTIONS = Gauge("sse_connections", "Open server-sent-event streams.", multiprocess_mode="livesum")
 SSE_EVENTS_SENT = Counter("sse_events_sent_total", "Events written to server-sent-event streams.")
 SSE_DISCONNECTS = Counter(

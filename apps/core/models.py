@@ -1,4 +1,5 @@
-"""Core models: the service credentials (API keys, D2) and the admin audit trail."""
+"""Core models: the service credentials (API keys, D2), the admin audit trail, and the per-row state columns every
+background indexer's table carries (IndexState, used by apps.core.indexing)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,21 @@ from typing import Any
 from django.db import models
 from django.db.models.signals import post_migrate
 from django.utils import timezone
+
+
+class IndexState(models.Model):
+    """The columns apps.core.indexing keeps on each row an indexer works on (each app's migration adds them to its
+    own table): a row whose text fails to index is retried with a growing backoff and, after
+    INDEXING_MAX_ATTEMPTS failures, quarantined: left alone until an operator runs ``manage.py indexing retry``."""
+
+    index_failures = models.PositiveIntegerField(default=0, db_default=0)  # failures of this row's own text
+    index_retry_at = models.DateTimeField(null=True, blank=True)  # not taken again before then
+    # Why the last attempt failed ("embedding: EmbeddingError", "decrypt: key id 'k1'"): never the row's content.
+    index_error = models.TextField(null=True, blank=True)  # noqa: DJ001 - null = no failure
+    index_quarantined_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
 
 
 class ApiKey(models.Model):

@@ -25,7 +25,7 @@ from apps.core.embeddings import EmbeddingProvider
 _ensured: set[tuple[str, str]] = set()
 _ensure_lock = threading.Lock()
 # The class half of the two-int advisory lock taken while an index is created: apart from every other advisory lock
-# of the service (apps.memories.services, apps.core.claims).
+# of the service (apps.memories.services, apps.core.leases).
 _INDEX_LOCK_CLASS = 0x686E7377  # "hnsw"
 
 

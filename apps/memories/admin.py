@@ -16,7 +16,8 @@ class MemoryAdmin(ReadOnlyModelAdmin):
     ordering = ("-created_at",)
     # value_ciphertext is deliberately absent: the admin never decrypts or shows values.
     fields = ("id", "namespace", "key", "attributes", "indexed_content", "state", "created_at", "ended_at",
-              "expires_at", "index_status", "index_attempts", "index_retry_at")
+              "expires_at", "index_status", "index_attempts", "index_retry_at", "index_failures", "index_error",
+              "index_quarantined_at")
     readonly_fields = fields
 
     @admin.display(description="namespace")

@@ -12,9 +12,9 @@ class MemoriesConfig(AppConfig):
         crypto.register_encrypted_field("memories.Memory", "value_ciphertext", "memory.value")
         crypto.register_encrypted_field("memories.MemoryEvent", "value_ciphertext", "memory_event.value", "id")
 
-        from apps.core import readiness
+        from apps.core import indexing, readiness
         from apps.core.embeddings import get_provider
-        from apps.memories import indexer
+        from apps.memories.indexer import INDEXER
 
         readiness.register("embedder", lambda: get_provider().check())
-        readiness.register_info("indexer", indexer.readiness_info)
+        indexing.register(INDEXER)  # /readyz "indexer", manage.py indexing

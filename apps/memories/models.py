@@ -17,6 +17,8 @@ from django.db import models
 from django.db.models import F, Q
 from pgvector.django import VectorField
 
+from apps.core.models import IndexState
+
 
 class MemoryState(models.TextChoices):
     ACTIVE = "active"
@@ -29,12 +31,12 @@ class IndexStatus(models.TextChoices):
     """Where a version stands with the semantic indexer (apps.memories.indexer)."""
 
     NONE = "none"  # no `index` map: never embedded
-    PENDING = "pending"  # waiting to be embedded (or retrying after a failure, see index_retry_at)
+    PENDING = "pending"  # waiting to be embedded (or retrying after a failure, or quarantined: see IndexState)
     INDEXED = "indexed"  # vectors written
     REMOVED = "removed"  # version no longer active and its vectors are gone
 
 
-class Memory(models.Model):
+class Memory(IndexState):
     """One version of a memory. ``id`` is the version id the API returns."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -48,8 +50,7 @@ class Memory(models.Model):
     state = models.CharField(max_length=16, choices=MemoryState.choices, default=MemoryState.ACTIVE)
     ended_at = models.DateTimeField(null=True, blank=True)
     index_status = models.CharField(max_length=16, choices=IndexStatus.choices, default=IndexStatus.NONE)
-    index_attempts = models.PositiveIntegerField(default=0)
-    index_retry_at = models.DateTimeField(null=True, blank=True)
+    index_attempts = models.PositiveIntegerField(default=0)  # times the indexer took this version
 
     class Meta:
         db_table = "memories"
@@ -83,6 +84,12 @@ class Memory(models.Model):
                 fields=["index_retry_at", "created_at"],
                 name="memories_index_queue",
                 condition=Q(index_status="pending") | (Q(index_status="indexed") & ~Q(state="active")),
+            ),
+            # Quarantined versions (apps.core.indexing): counted for /readyz and /metrics after every cycle.
+            models.Index(
+                fields=["index_quarantined_at"],
+                name="memories_index_quarantined",
+                condition=Q(index_quarantined_at__isnull=False),
             ),
         ]
 

@@ -257,9 +257,6 @@ def prune_events(retention_days: int | None = None) -> int:
 
 def _enqueue_indexing() -> None:
     """Ask a worker to embed the new version now (beat's periodic run is the safety net)."""
-    try:
-        from apps.memories.tasks import request_indexing
+    from apps.memories.tasks import request_indexing_quietly
 
-        request_indexing()
-    except Exception:  # a broker hiccup must not fail a committed write; beat picks the row up later
-        logger.warning("could not enqueue the memory indexer; the periodic run will pick the write up")
+    request_indexing_quietly()

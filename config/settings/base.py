@@ -309,6 +309,15 @@ POLICY_INTERPRETERS = env_int("POLICY_INTERPRETERS", 4)
 OPA_URL = env_str("OPA_URL", "http://127.0.0.1:8181")
 OPA_TIMEOUT_SECONDS = float(env_str("OPA_TIMEOUT_SECONDS", "2"))
 
+# --- Background indexers (apps.core.indexing: memories and conversation search) ----------------------------------
+# A row whose own text fails (it cannot be decrypted, or it fails to embed while other text embeds) is retried after
+# 5 s, 10 s, 20 s ... (at most INDEXING_MAX_BACKOFF_SECONDS) and quarantined at its INDEXING_MAX_ATTEMPTS-th failure:
+# left alone until `manage.py indexing retry`. MEMORY_INDEXING_MAX_BACKOFF_SECONDS is the earlier name.
+INDEXING_MAX_ATTEMPTS = env_int("INDEXING_MAX_ATTEMPTS", 5)
+INDEXING_MAX_BACKOFF_SECONDS = env_int(
+    "INDEXING_MAX_BACKOFF_SECONDS", env_int("MEMORY_INDEXING_MAX_BACKOFF_SECONDS", 3600)
+)
+
 # --- Semantic index (memory_vectors, pgvector HNSW) -------------------------------------------------------------
 # Beat's safety-net cycle: also how soon the rows a crashed worker had claimed are taken again (its claims die
 # with its database connection), so keep it well under the 30 s recovery target. An idle cycle costs two queries.
@@ -316,7 +325,6 @@ MEMORY_EPISODIC_INDEXING_INTERVAL = env_int("MEMORY_EPISODIC_INDEXING_INTERVAL",
 MEMORY_EPISODIC_INDEXING_BATCH_SIZE = env_int("MEMORY_EPISODIC_INDEXING_BATCH_SIZE", 100)
 # A batch also ends at this much index text (at least one version): long fields are embedded as many chunks.
 MEMORY_INDEXING_BATCH_TEXT_BYTES = env_int("MEMORY_INDEXING_BATCH_TEXT_BYTES", 256 * 1024)
-MEMORY_INDEXING_MAX_BACKOFF_SECONDS = env_int("MEMORY_INDEXING_MAX_BACKOFF_SECONDS", 3600)
 MEMORY_VECTOR_HNSW_M = env_int("MEMORY_VECTOR_HNSW_M", 16)
 MEMORY_VECTOR_HNSW_EF_CONSTRUCTION = env_int("MEMORY_VECTOR_HNSW_EF_CONSTRUCTION", 64)
 MEMORY_VECTOR_EF_SEARCH = env_int("MEMORY_VECTOR_EF_SEARCH", 100)

@@ -1,6 +1,6 @@
 """The conversation search index under concurrency and crashes: 32 real HTTP clients on POST .../index, 32 indexer
 workers on one backlog, one indexer task per burst of appends, and a real Celery worker killed mid-batch whose
-entries another worker indexes within 30 s (claims are session advisory locks, apps.core.claims)."""
+entries another worker indexes within 30 s (work leases are session advisory locks, apps.core.leases)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from django.db import connections
 
 from apps.conversations import indexer, tasks
-from apps.core import claims
+from apps.core import leases
 from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 from tests.conversations.support import (
     CONVERSATIONS,
@@ -112,7 +112,7 @@ def test_32_concurrent_indexer_workers_never_embed_an_entry_twice(client_for, mo
     assert len(embedded) == 160 and max(embedded.values()) == 1
     assert count("conversation_entries", "conversation_id = %s AND (embedding_pending OR indexed_content IS NULL)",
                  [cid]) == 0
-    assert claims.held_by_others(claims.CONVERSATION_INDEXING) == 0
+    assert leases.held_by_others(leases.CONVERSATION_INDEXING) == 0
     assert count("conversation_entry_vectors", "conversation_id = %s", [cid]) == 160
     assert len(found(bob, "harbour note")) == 1  # one result per conversation
 
@@ -122,7 +122,7 @@ def test_a_burst_of_appends_requests_one_indexer_task(client_for, monkeypatch):
 
     sent: list[int] = []
     monkeypatch.setattr(tasks.index_conversation_entries, "delay", lambda: sent.append(1))
-    get_client().delete(tasks._indexing_requested_key())
+    get_client().delete(indexer.INDEXER._requested_key())
     bob = client_for("bob")
     cid = new_id()
     for index in range(30):
@@ -132,7 +132,7 @@ def test_a_burst_of_appends_requests_one_indexer_task(client_for, monkeypatch):
     tasks.index_conversation_entries()
     append_ok(bob, cid, "after the run")
     assert len(sent) == 2
-    get_client().delete(tasks._indexing_requested_key())
+    get_client().delete(indexer.INDEXER._requested_key())
 
 
 def test_a_worker_killed_mid_batch_loses_nothing_and_its_entries_are_indexed_within_30s(client_for, tmp_path):
@@ -148,7 +148,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_its_entries_are_indexed_wit
             tmp_path, "slow", broker, EMBEDDING_HASH_DELAY_SECONDS="300", CONVERSATION_INDEXING_INTERVAL="2"
         )
         workers.append(slow)
-        wait_for(lambda: claims.held_by_others(claims.CONVERSATION_INDEXING) == 20, 90, "worker 1 to claim",
+        wait_for(lambda: leases.held_by_others(leases.CONVERSATION_INDEXING) == 20, 90, "worker 1 to claim",
                   [slow_log])
 
         # Worker 2, healthy, default schedule: while worker 1 lives it leaves the claimed entries alone.

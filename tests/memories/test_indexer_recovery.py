@@ -1,8 +1,8 @@
 """The indexer under concurrency and crashes, with real threads and real Celery worker processes.
 
-Claims are session-level advisory locks held by each worker's database connection (apps.core.claims): live workers
+Work leases are session-level advisory locks held by each worker's database connection (apps.core.leases): live workers
 never embed the same version at once, and a worker killed mid-batch frees its rows the moment PostgreSQL sees its
-connection close, so another worker's next cycle takes them (issue 7, item 4: within 30 s, not after a lease).
+connection close, so another worker's next cycle takes them (issue 7, item 4: within 30 s, not after a timeout).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from apps.core import claims
+from apps.core import leases
 from apps.memories import indexer
 from apps.memories.models import IndexStatus, Memory
 from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
@@ -82,7 +82,7 @@ def test_32_concurrent_workers_never_embed_a_version_twice(client_for, monkeypat
     assert sum(report.indexed for report in reports) == 160
     assert len(embedded) == 160 and max(embedded.values()) == 1  # every version embedded exactly once
     assert not Memory.objects.exclude(index_status=IndexStatus.INDEXED).exists()
-    assert claims.held_by_others(claims.MEMORY_INDEXING) == 0
+    assert leases.held_by_others(leases.MEMORY_INDEXING) == 0
     assert len(searchable_keys(bob, "harbours")) == 100
 
 

@@ -101,7 +101,7 @@ def test_delete_hides_at_once_and_vectors_go_on_next_cycle(bob, plan):
     assert bob.delete("/v1/memories?ns=user&ns=bob&ns=notes&key=gone").status_code == 204
     assert search(bob, "volcano eruption") == []  # primary-store check, before the indexer ran
     assert MemoryVector.objects.filter(memory__key="gone").exists()
-    assert indexer.run_cycle().removed_versions == 1
+    assert indexer.run_cycle().removed == 1
     assert not MemoryVector.objects.filter(memory__key="gone").exists()
 
 
@@ -178,27 +178,29 @@ def test_non_admin_semantic_search_is_scoped_to_own_subtree(client_for, plan):
     assert [item["key"] for item in search(alice, "chocolate cake", prefix=("user", "bob"))] == ["b"]
 
 
-def test_embedding_failure_leaves_rows_pending_with_backoff(bob, monkeypatch):
+def test_a_provider_outage_stops_the_cycle_and_leaves_rows_pending(bob, monkeypatch):
     from apps.core.embeddings import get_provider
 
     put(bob, "flaky", "northern lights photography")
+    put(bob, "other", "aurora borealis")
     provider = get_provider()
+    calls = []
 
     def broken(texts):
+        calls.append(texts)
         raise EmbeddingError("provider down")
 
     monkeypatch.setattr(provider, "embed_documents", broken)
     report = indexer.run_cycle()
-    assert report.failed == 1 and report.indexed == 0
-    row = Memory.objects.get(key="flaky")
-    assert row.index_status == IndexStatus.PENDING
-    assert row.index_attempts == 1
-    assert row.index_retry_at > timezone.now()  # backing off: the next cycle leaves it alone
+    assert report.stalled and report.failed == 2 and report.indexed == 0
+    assert len(calls) == 2  # the batch, then the probe that tells an outage from a poison row: no row-by-row retries
+    for row in Memory.objects.all():
+        # Nothing is the rows' fault: no failure counted, no backoff; the next cycle takes them again.
+        assert row.index_status == IndexStatus.PENDING
+        assert (row.index_attempts, row.index_failures, row.index_retry_at, row.index_quarantined_at) == (1, 0, None, None)
     assert not MemoryVector.objects.exists()
     monkeypatch.undo()
-    assert indexer.run_cycle().indexed == 0  # still inside its backoff window
-    Memory.objects.filter(key="flaky").update(index_retry_at=timezone.now() - timedelta(seconds=1))
-    assert indexer.run_cycle().indexed == 1
+    assert indexer.run_cycle().indexed == 2
     assert Memory.objects.get(key="flaky").index_status == IndexStatus.INDEXED
 
 
@@ -216,40 +218,40 @@ def other_worker():
 
 
 def test_claims_of_a_live_worker_are_respected_and_die_with_its_connection(bob, other_worker):
-    from apps.core import claims
+    from apps.core import leases
 
     put(bob, "a", "river delta ecology")
     put(bob, "b", "desert dune formation")
     ids = list(Memory.objects.order_by("created_at").values_list("id", flat=True))
     # The other worker claims the batch, then dies before writing vectors.
-    assert claims.try_claim(claims.MEMORY_INDEXING, ids, cursor=other_worker.cursor()) == ids
-    assert claims.held_by_others(claims.MEMORY_INDEXING) == 2
+    assert leases.try_take(leases.MEMORY_INDEXING, ids, cursor=other_worker.cursor()) == ids
+    assert leases.held_by_others(leases.MEMORY_INDEXING) == 2
     assert indexer.run_cycle().indexed == 0  # its claims keep this worker off while it lives
     other_worker.close()  # kill -9: the kernel closes its socket, PostgreSQL ends the session and its locks
     from tests.conftest import wait_until_released
 
-    wait_until_released(claims.MEMORY_INDEXING)  # the backend exits a moment after the socket closes
+    wait_until_released(leases.MEMORY_INDEXING)  # the backend exits a moment after the socket closes
     assert indexer.run_cycle().indexed == 2  # no lease to wait for
     assert MemoryVector.objects.count() == 2
     assert Memory.objects.filter(index_retry_at__isnull=False).count() == 0
 
 
 def test_claims_split_a_batch_between_workers(bob, other_worker):
-    from apps.core import claims
+    from apps.core import leases
 
     for index in range(5):
         put(bob, f"k{index}", f"topic {index}")
     ids = list(Memory.objects.order_by("created_at").values_list("id", flat=True))
-    theirs = claims.try_claim(claims.MEMORY_INDEXING, ids, limit=3, cursor=other_worker.cursor())
+    theirs = leases.try_take(leases.MEMORY_INDEXING, ids, limit=3, cursor=other_worker.cursor())
     assert theirs == ids[:3]
-    mine = {row[0] for row in indexer._claim(10)}
+    mine = {row[0] for row in indexer.INDEXER.claim(10)}
     assert mine == set(ids[3:])  # the rows the other worker holds are skipped, not waited for
-    indexer._release(mine)
-    assert claims.held_by_others(claims.MEMORY_INDEXING) == 3
+    indexer.INDEXER.release(mine)
+    assert leases.held_by_others(leases.MEMORY_INDEXING) == 3
 
 
 def test_claims_are_released_after_a_cycle_and_after_a_failure(bob, other_worker, monkeypatch):
-    from apps.core import claims
+    from apps.core import leases
     from apps.core.embeddings import get_provider
 
     put(bob, "ok", "glacier retreat")
@@ -261,7 +263,7 @@ def test_claims_are_released_after_a_cycle_and_after_a_failure(bob, other_worker
     monkeypatch.undo()
     # This session holds nothing any more: another session can claim every row.
     ids = list(Memory.objects.values_list("id", flat=True))
-    assert sorted(claims.try_claim(claims.MEMORY_INDEXING, ids, cursor=other_worker.cursor())) == sorted(ids)
+    assert sorted(leases.try_take(leases.MEMORY_INDEXING, ids, cursor=other_worker.cursor())) == sorted(ids)
 
 
 def test_superseded_while_embedding_gets_no_vectors(bob, monkeypatch):
@@ -300,7 +302,7 @@ def test_indexing_is_requested_once_per_burst_after_commit(bob, monkeypatch, dja
     from apps.core.redis_client import get_client
     from apps.memories import tasks
 
-    get_client().delete(tasks._indexing_requested_key())
+    get_client().delete(indexer.INDEXER._requested_key())
     calls = []
     monkeypatch.setattr(tasks.index_pending_memories, "delay", lambda: calls.append(1))
     with django_capture_on_commit_callbacks(execute=True):
@@ -315,7 +317,7 @@ def test_indexing_is_requested_once_per_burst_after_commit(bob, monkeypatch, dja
     with django_capture_on_commit_callbacks(execute=True):
         put(bob, "later", "written after the worker started")
     assert calls == [1, 1]
-    get_client().delete(tasks._indexing_requested_key())
+    get_client().delete(indexer.INDEXER._requested_key())
 
 
 def test_reindex_command_moves_vectors_to_the_new_model(bob, settings):

@@ -2,7 +2,7 @@
 
 Run it after changing EMBEDDING_PROVIDER (or the model/dimension). Versions whose vectors were made by another
 model are marked pending in batches, then embedded by the same code path as the background indexer. Safe while the
-service runs (the indexer's claims use SKIP LOCKED, so workers and this command share the work) and resumable: rows
+service runs (the indexer's work leases let workers and this command share the work) and resumable: rows
 marked pending stay pending until embedded, and a re-run only touches what is still not on the current model.
 Until it finishes, semantic search returns only the versions already re-embedded.
 """
@@ -15,8 +15,10 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 from tqdm import tqdm
 
+from apps.core import indexing
 from apps.core.embeddings import get_provider
-from apps.memories import indexer, vector_index
+from apps.memories import vector_index
+from apps.memories.indexer import INDEXER
 
 
 class Command(BaseCommand):
@@ -41,34 +43,34 @@ class Command(BaseCommand):
         while True:
             with connection.cursor() as cursor:
                 cursor.execute(
-                    """
+                    f"""
                     WITH stale AS (
                         SELECT m.id FROM memories m
                         WHERE m.state = 'active' AND m.index_status = 'indexed'
                           AND EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model <> %s)
                         LIMIT %s FOR UPDATE SKIP LOCKED
                     )
-                    UPDATE memories m SET index_status = 'pending', index_retry_at = NULL, index_attempts = 0
+                    UPDATE memories m SET index_status = 'pending', index_attempts = 0, {indexing.RESET_STATE_SQL}
                     FROM stale WHERE m.id = stale.id
-                    """,
+                    """,  # noqa: S608 - code's SQL
                     [model, batch_size],
                 )
                 marked += cursor.rowcount
                 if cursor.rowcount < batch_size:
                     break
-        pending, _lag = indexer.backlog()
+        pending = INDEXER.status().pending
         self.stdout.write(f"Marked {marked} version(s) for re-embedding; {pending} pending in total.")
 
         with tqdm(total=pending, unit="memory", disable=no_progress) as progress:
             while True:
-                report = indexer.run_cycle(batch_size=embed_batch_size, max_batches=1)
+                report = INDEXER.run_cycle(batch_size=embed_batch_size, max_batches=1)
                 progress.update(report.indexed)
-                if report.failed:
+                if report.stalled:
                     self.stderr.write("The embedding provider failed; run the command again to resume.")
                     raise SystemExit(1)
-                if report.indexed == 0:
+                if report.indexed == 0 and report.failed == 0:
                     break
-        remaining, _lag = indexer.backlog()
+        status = INDEXER.status()
         with connection.cursor() as cursor:
             cursor.execute(
                 "DELETE FROM memory_vectors v USING memories m WHERE v.memory_id = m.id AND v.model <> %s "
@@ -84,4 +86,7 @@ class Command(BaseCommand):
                 for (name,) in cursor.fetchall():
                     cursor.execute(f'DROP INDEX IF EXISTS "{name}"')
                     self.stdout.write(f"Dropped {name}")
-        self.stdout.write(f"Done. {remaining} version(s) still pending (retrying after failures or leased elsewhere).")
+        self.stdout.write(
+            f"Done. {status.pending} version(s) still pending (retrying after failures or leased elsewhere), "
+            f"{status.quarantined} quarantined (`manage.py indexing quarantined`)."
+        )
