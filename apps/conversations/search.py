@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -183,14 +184,27 @@ def cursor_tag(scope: Scope, search_type: str, query: str) -> str:
 
 def search(scope: Scope, *, query: str, search_type: str, limit: int, cursor: str | None) -> dict:
     """One page of the envelope ``{"data": [search result], "afterCursor"}``."""
-    tag = cursor_tag(scope, search_type, query)
-    after = pagination.decode_number_cursor(cursor, tag) if cursor else None
-    hits = _METHODS[search_type](scope, query, limit=limit + 1, after=after)
-    next_cursor = None
-    if len(hits) > limit:
-        hits = hits[:limit]
-        next_cursor = pagination.encode_tagged_cursor(tag, hits[-1].position, hits[-1].conversation_id)
-    return pagination.envelope(_results(hits, query), next_cursor)
+    page = pagination.keyset_page(
+        _Ranking(scope, query, _METHODS[search_type]), tag=cursor_tag(scope, search_type, query), cursor=cursor,
+        limit=limit,
+    )
+    return pagination.envelope(_results(page.items, query), page.next_cursor)
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """A search method's hits as a keyset (apps.core.pagination): best first by (position, conversation id)."""
+
+    scope: Scope
+    query: str
+    method: Callable[..., list[Hit]]
+    kind: type = float
+
+    def fetch(self, after: tuple[float, UUID] | None, count: int) -> list[Hit]:
+        return self.method(self.scope, self.query, limit=count, after=after)
+
+    def key(self, hit: Hit) -> tuple[float, UUID]:
+        return hit.position, hit.conversation_id
 
 
 def _results(hits: list[Hit], query: str) -> list[dict]:
@@ -241,11 +255,14 @@ UNINDEXED_CURSOR = "conversations.unindexed"
 
 def unindexed(*, cursor: str | None, limit: int) -> dict:
     """History entries of live conversations with no index text yet, oldest first (indexer role)."""
-    rows, next_cursor = pagination.fetch_timestamp_page(
-        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
-        "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id",
-        ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], [],
-        order=("e.created_at", "e.id"), tag=UNINDEXED_CURSOR, cursor=cursor, limit=limit, position_index=6,
+    page = pagination.keyset_page(
+        pagination.SqlKeyset(
+            "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
+            "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id",
+            ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], [],
+            order=("e.created_at", "e.id"), position_index=6,
+        ),
+        tag=UNINDEXED_CURSOR, cursor=cursor, limit=limit,
     )
     data = [
         {
@@ -260,7 +277,7 @@ def unindexed(*, cursor: str | None, limit: int) -> dict:
                 created_at=created_at,
             ),
         }
-        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in rows
+        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in page.items
     ]
-    return pagination.envelope(data, next_cursor)
+    return pagination.envelope(data, page.next_cursor)
 
