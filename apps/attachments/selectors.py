@@ -9,9 +9,10 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
-from apps.core import access, errors, pagination
+from apps.core import errors, pagination
 from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
+from apps.sharing import access
 
 
 def attachment_response(attachment: Attachment) -> dict[str, Any]:

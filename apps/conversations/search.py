@@ -1,7 +1,7 @@
 """Conversation search (D5): full-text, semantic and both fused, over history entries' index text.
 
 Reads only. Access is decided inside the SQL that ranks: a user's search starts from their memberships
-(``conversation_memberships (user_id, root_id)``), so a page is never short because of filtering afterwards and a
+(apps.sharing.access.MEMBER_TREES_SQL), so a page is never short because of filtering afterwards and a
 membership removed is out of the very next search. Admin search (auditor/admin) ranks every live conversation.
 
 - ``fulltext``: the generated ``search_vector`` (``to_tsvector('english', indexed_content)``, GIN) matched with
@@ -35,6 +35,7 @@ from django.db import connection
 from apps.conversations import selectors, vector_index
 from apps.core import errors, pagination, vectors
 from apps.core.embeddings import EmbeddingError, get_provider
+from apps.sharing import access
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +90,10 @@ def fulltext_hits(scope: Scope, query: str, *, limit: int, after: tuple[float, U
         where, params = ["c.deleted_at IS NULL"], []
     else:
         source = (
-            "conversation_memberships m JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
+            f"{access.MEMBER_TREES_SQL} m JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
             "JOIN conversation_entries e ON e.conversation_id = c.id"
         )
-        where, params = ["m.user_id = %s"], [scope.user_id]
+        where, params = ["TRUE"], [scope.user_id]  # MEMBER_TREES_SQL's parameter
     keyset, keyset_params = "TRUE", []
     if after is not None:
         keyset = "(b.rank < %s OR (b.rank = %s AND b.conversation_id > %s))"

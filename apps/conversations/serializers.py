@@ -16,7 +16,6 @@ from rest_framework import serializers
 
 from apps.conversations.models import Channel
 from apps.core import errors
-from apps.core.access import AccessLevel
 from apps.core.pagination import CURSOR_SCHEMA
 from apps.core.serializers import (
     NO_NUL_PATTERN,
@@ -27,6 +26,7 @@ from apps.core.serializers import (
     StrictUUIDField,
     json_value_problem,
 )
+from apps.sharing.access import AccessLevel
 
 ROLES = ("USER", "AI")
 HISTORY_ITEM_FIELDS = {"role", "text", "attachmentId"}

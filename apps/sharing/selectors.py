@@ -8,10 +8,11 @@ from uuid import UUID
 
 from django.db.models import Q
 
-from apps.core import access, errors, pagination
-from apps.core.access import AccessLevel
+from apps.core import errors, pagination
 from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
+from apps.sharing import access
+from apps.sharing.access import AccessLevel
 from apps.sharing.models import Membership, OwnershipTransfer
 
 MEMBERSHIPS_CURSOR = "sharing.memberships"
