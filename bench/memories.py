@@ -346,7 +346,7 @@ def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
     conn = h.floor_connection(database_url, h.tracing_cursor_class(traced))
     parity_floor = Floor({"namespace": "user", "sub": user})
     scope = selectors.scope_for(principal, ["user", user], None)
-    cursor = pagination.encode_cursor(0, uuid.uuid4())
+    cursor = pagination.encode_cursor(selectors.EVENTS_CURSOR, 0, uuid.uuid4())
     checks: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
         ("PUT add", lambda: services.put_memory(principal, namespace=item.namespace, key=item.key, value={"a": 1}),
          lambda: parity_floor.put(conn, floor_item, 64)),
@@ -493,7 +493,7 @@ def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: l
             [ROOT, total[0] // 2],
         ).fetchone()
         floor_events = [str(row[1]) for row in floor.events(conn, scope, middle[0])]
-    cursor = pagination.encode_cursor(middle[0], middle[1])
+    cursor = pagination.encode_cursor(selectors.EVENTS_CURSOR, middle[0], middle[1])
     events_path = f"/v1/memories/events?{urllib.parse.urlencode({'limit': 50, 'after_cursor': cursor})}"
     session = bench.session()
     http_events = [event["id"] for event in session.json("GET", events_path)["events"]]

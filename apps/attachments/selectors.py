@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
-from apps.core import access, errors, pagination
+from apps.core import errors, pagination
 from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
+from apps.sharing import access
 
 
 def attachment_response(attachment: Attachment) -> dict[str, Any]:
@@ -60,17 +60,15 @@ def readable_attachment(principal: Principal, attachment_id: uuid.UUID) -> Attac
     raise errors.forbidden("You do not have access to this attachment.")
 
 
+ADMIN_CURSOR = "attachments.admin"
+
+
 def admin_list(*, user_id: str | None, cursor: str | None, limit: int) -> dict[str, Any]:
     """Every ready attachment (expired ones awaiting the sweep included), newest first."""
     queryset = Attachment.objects.filter(status=AttachmentStatus.READY)
     if user_id is not None:
         queryset = queryset.filter(user_id=user_id)
     page = pagination.keyset_page(
-        queryset,
-        sort_field="created_at",
-        limit=limit,
-        cursor=cursor,
-        descending=True,
-        parse_sort_value=datetime.fromisoformat,
+        pagination.ModelKeyset(queryset, "created_at", descending=True), tag=ADMIN_CURSOR, cursor=cursor, limit=limit
     )
     return pagination.envelope([admin_attachment_response(item) for item in page.items], page.next_cursor)

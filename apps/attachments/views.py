@@ -26,7 +26,7 @@ from apps.attachments import selectors, serializers, services, signing, storage
 from apps.attachments.models import Attachment
 from apps.attachments.upload import FILE_FIELD, AttachmentUploadHandler
 from apps.core import audit, crypto, errors, pagination
-from apps.core.serializers import ErrorSerializer, error_responses
+from apps.core.serializers import ErrorSerializer, cursor_parameter, error_responses
 
 logger = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ class AdminAttachmentsView(APIView):
         description="Auditor or admin role; newest first; audit-logged.",
         parameters=[
             OpenApiParameter("userId", str, description="Uploader filter"),
-            OpenApiParameter("afterCursor", str),
+            cursor_parameter(),
             OpenApiParameter("limit", int, description="1..1000, default 50"),
         ],
         responses={200: serializers.AdminAttachmentPage, **error_responses(400, 401, 403)},
@@ -316,7 +316,7 @@ class AdminAttachmentsView(APIView):
         limit = pagination.parse_limit(params.get("limit"), "admin_attachments")
         cursor = params.get("afterCursor") or None
         if cursor is not None:
-            pagination.decode_cursor(cursor)
+            pagination.decode_cursor(cursor, selectors.ADMIN_CURSOR)
         if not request.user.is_auditor:
             raise errors.forbidden("Requires the auditor or admin role.")
         audit.record(

@@ -16,7 +16,7 @@ from rest_framework import serializers
 
 from apps.conversations.models import Channel
 from apps.core import errors
-from apps.core.access import AccessLevel
+from apps.core.pagination import CURSOR_SCHEMA
 from apps.core.serializers import (
     NO_NUL_PATTERN,
     JsonObjectField,
@@ -25,8 +25,8 @@ from apps.core.serializers import (
     StrictSerializer,
     StrictUUIDField,
     json_value_problem,
-    text_problem,
 )
+from apps.sharing.access import AccessLevel
 
 ROLES = ("USER", "AI")
 HISTORY_ITEM_FIELDS = {"role", "text", "attachmentId"}
@@ -393,20 +393,16 @@ def search_limit_field(endpoint: str) -> type[serializers.JSONField]:
     return SearchLimitField
 
 
-MAX_CURSOR_CHARS = 2000
-
-
 @extend_schema_field(
-    {"type": "string", "maxLength": MAX_CURSOR_CHARS, "pattern": NO_NUL_PATTERN,
+    {**CURSOR_SCHEMA, "minLength": 1,
      "description": "The previous page's afterCursor (same query and searchType); null or absent: the first page"}
 )
 class CursorField(serializers.JSONField):
-    """A cursor string or null (decoded by apps.core.pagination, which refuses anything not made by this search)."""
+    """A cursor string or null; apps.core.pagination.decode_cursor checks the string (and refuses anything not made
+    by this search)."""
 
     def to_internal_value(self, data: Any) -> str | None:
-        if data is None:
-            return None
-        if not isinstance(data, str) or not data or len(data) > MAX_CURSOR_CHARS or text_problem(data):
+        if data is not None and (not isinstance(data, str) or not data):
             raise serializers.ValidationError("malformed cursor")
         return data
 

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 
 from apps.core import vectors
 from apps.core.embeddings import EmbeddingProvider
+from apps.sharing import access
 
 TABLE = "conversation_entry_vectors"
 _scope_sizes = vectors.ScopeSizes()
@@ -47,10 +48,7 @@ def _scope(user_id: str | None, dimension: int, model: str) -> tuple[str, list[A
     where = f"vector_dims(v.embedding) = {int(dimension)} AND v.model = %s"
     if user_id is None:
         return f"FROM {TABLE} v WHERE {where}", [model]
-    return (
-        f"FROM conversation_memberships m JOIN {TABLE} v ON v.root_id = m.root_id WHERE m.user_id = %s AND {where}",
-        [user_id, model],
-    )
+    return f"FROM {access.MEMBER_TREES_SQL} m JOIN {TABLE} v ON v.root_id = m.root_id WHERE {where}", [user_id, model]
 
 
 def nearest_conversations(
@@ -121,7 +119,7 @@ def _approximate(
 ) -> list[Neighbour]:
     access_sql, access_params = "TRUE", []
     if user_id is not None:
-        access_sql = "EXISTS (SELECT 1 FROM conversation_memberships m WHERE m.root_id = v.root_id AND m.user_id = %s)"
+        access_sql = access.member_sql("v.root_id")
         access_params = [user_id]
     # No "distance >= cursor" floor in the scan: a conversation of an earlier page must be seen with its best
     # vector (nearest first), or its farther vectors would bring it back on this page.

@@ -15,10 +15,10 @@ from apps.conversations import search as conversation_search
 from apps.conversations import selectors, serializers, services
 from apps.core import audit, errors, pagination
 from apps.core.openapi import EnvelopeAutoSchema
-from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_uuid
+from apps.core.serializers import NO_NUL_PATTERN, cursor_parameter, error_responses, limit_parameter, path_uuid
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
-AFTER_CURSOR = OpenApiParameter("afterCursor", str, description="The previous page's afterCursor")
+AFTER_CURSOR = cursor_parameter()
 CHANNEL = OpenApiParameter(
     "channel",
     str,

@@ -13,7 +13,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from apps.core import errors
-from apps.core.pagination import LIMITS
+from apps.core.pagination import CURSOR_SCHEMA, LIMITS
 
 
 def _clone_field(field: serializers.Field) -> serializers.Field:
@@ -266,4 +266,11 @@ def limit_parameter(endpoint: str) -> OpenApiParameter:
         "limit",
         {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default},
         description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}",
+    )
+
+
+def cursor_parameter(name: str = "afterCursor") -> OpenApiParameter:
+    """The cursor query parameter of a paginated list, with the bounds apps.core.pagination.decode_cursor enforces."""
+    return OpenApiParameter(
+        name, CURSOR_SCHEMA, description="The previous page's cursor (opaque; absent or empty: the first page)"
     )

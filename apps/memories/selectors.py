@@ -243,14 +243,14 @@ def events_query(
     return sql, [*params, limit]
 
 
+EVENTS_CURSOR = "memories.events"  # the position is the event's seq (commit order)
+
+
 def list_events(principal: Principal, query: EventQuery) -> dict:
     scope = scope_for(principal, query.namespace_prefix, None)
     after_seq = None
     if query.after_cursor:
-        seq, _event_id = pagination.decode_cursor(query.after_cursor, "after_cursor")
-        if isinstance(seq, bool) or not isinstance(seq, int):
-            raise errors.validation_error({"after_cursor": "malformed cursor"})
-        after_seq = seq
+        after_seq, _event_id = pagination.decode_cursor(query.after_cursor, EVENTS_CURSOR, int, "after_cursor")
     sql, params = events_query(
         scope, kinds=query.kinds, after=query.after, before=query.before, after_seq=after_seq, limit=query.limit
     )
@@ -274,5 +274,5 @@ def list_events(principal: Principal, query: EventQuery) -> dict:
         )
     # The cursor always points after the last event seen, so a client can keep polling for newer events; with
     # nothing new it hands back the cursor it sent.
-    next_cursor = pagination.encode_cursor(rows[-1][0], rows[-1][1]) if rows else query.after_cursor
+    next_cursor = pagination.encode_cursor(EVENTS_CURSOR, rows[-1][0], rows[-1][1]) if rows else query.after_cursor
     return {"events": events, "after_cursor": next_cursor}

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core import errors, pagination
-from apps.core.serializers import error_responses
+from apps.core.serializers import cursor_parameter, error_responses
 from apps.memories import selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
@@ -218,7 +218,7 @@ class MemoryEventsView(APIView):
             OpenApiParameter("kinds", str, many=True, description="add, update, delete, expired; repeated or comma-separated"),
             OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
             OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
-            OpenApiParameter("after_cursor", str),
+            cursor_parameter("after_cursor"),
             OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": 200}, description="1..200, default 50"),
         ],
         responses={200: serializers.MemoryEventsResponse, **error_responses(400, 401)},

@@ -1,8 +1,8 @@
 """Memberships and pending ownership transfers, both keyed by fork tree (``root_id``, see apps.conversations).
 
-No foreign keys to apps.conversations: the apps never import each other. Rows of a deleted tree are removed by
-the ``conversation_deleting`` signal handler in the same transaction. Table names are fixed: apps.core.access
-reads ``conversation_memberships`` with raw SQL.
+No foreign keys to apps.conversations (it imports only apps.sharing.access). Rows of a deleted tree are removed by
+the ``conversation_deleting`` signal handler in the same transaction. Table names are fixed: apps.sharing.access
+reads ``conversation_memberships`` with raw SQL, in its own queries and in the fragments other apps embed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from apps.core.access import AccessLevel
+from apps.sharing.access import AccessLevel
 
 
 class Membership(models.Model):

@@ -1,5 +1,5 @@
 """Membership and ownership-transfer writes. Each is one transaction that first locks the fork tree's root row
-(apps.core.access.lock_tree / lock_root), so changes to one tree serialise and take locks in one order; the
+(apps.sharing.access.lock_tree / lock_root), so changes to one tree serialise and take locks in one order; the
 invariants themselves (one membership per user and tree, one pending transfer per tree) are unique indexes.
 
 Rules (D6): owner grants anything (owner included: a co-owner; ownerUserId stays); a manager adds, changes and
@@ -15,11 +15,11 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.core import access, errors
-from apps.core.access import AccessLevel, at_least
+from apps.core import errors
 from apps.core.auth.principal import Principal
 from apps.events.publisher import publish
-from apps.sharing import selectors
+from apps.sharing import access, selectors
+from apps.sharing.access import AccessLevel, at_least
 from apps.sharing.models import Membership, OwnershipTransfer
 
 _MANAGEABLE = {AccessLevel.WRITER.value, AccessLevel.READER.value}

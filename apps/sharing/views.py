@@ -12,7 +12,14 @@ from rest_framework.response import Response
 
 from apps.core import audit, errors, pagination
 from apps.core.openapi import EnvelopeAutoSchema
-from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_text, path_uuid
+from apps.core.serializers import (
+    NO_NUL_PATTERN,
+    cursor_parameter,
+    error_responses,
+    limit_parameter,
+    path_text,
+    path_uuid,
+)
 from apps.sharing import selectors, serializers, services
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -22,7 +29,7 @@ USER_ID = OpenApiParameter(
     OpenApiParameter.PATH,
 )
 TRANSFER_ID = OpenApiParameter("transferId", OpenApiTypes.UUID, OpenApiParameter.PATH)
-AFTER_CURSOR = OpenApiParameter("afterCursor", str, description="The previous page's afterCursor")
+AFTER_CURSOR = cursor_parameter()
 
 
 def _validated(serializer_class, data) -> dict:
