@@ -1,6 +1,11 @@
 """The Python client (clients/python) against the live service (tests.live_service: gunicorn + uvicorn, the
-production stack, so the event stream works too). Everything the service writes is committed, so these tests are
-``django_db(transaction=True)``; tokens come from the live service's own dev IdP through the client's OAuthToken."""
+production stack, so the event stream works too); tokens come from the live service's own dev IdP through the
+client's OAuthToken.
+
+The service commits what these tests write. The tables are flushed once after each module (as tests/fuzz does), not
+after every test (``django_db(transaction=True)`` costs a flush of about a second per test), so a test scopes what it
+asserts to what it made itself (its own titles, namespaces and ids). Their ``django_db`` mark only makes pytest-django
+create the test database."""
 
 from __future__ import annotations
 
@@ -10,6 +15,17 @@ import pytest
 from memory_service import AsyncClient, Client, OAuthToken
 
 from tests.live_service import LiveService
+
+
+@pytest.fixture(scope="module")
+def empty_tables_after_module(live_service: LiveService, django_db_blocker) -> Iterator[None]:
+    """For modules that write through the live service: ``pytest.mark.usefixtures`` it with ``django_db``."""
+    yield
+    from django.core.management import call_command
+
+    with django_db_blocker.unblock():
+        call_command("flush", interactive=False, verbosity=0)
+
 
 # One OAuthToken per user for the session: each caches its token (an RSA signature per token is slow).
 _tokens: dict[tuple[str, str], OAuthToken] = {}

@@ -26,7 +26,7 @@ from memory_service import (
 from tests.conftest import TEST_API_CLIENT, TEST_API_KEY
 from tests.live_service import LiveService
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("empty_tables_after_module")]
 
 
 def test_every_operation_of_the_live_schema_has_a_client_method(live_service: LiveService) -> None:
@@ -48,7 +48,8 @@ def test_every_operation_of_the_live_schema_has_a_client_method(live_service: Li
 
 def test_memories(sdk) -> None:
     bob = sdk("bob")
-    namespace = ("user", "bob", "prefs")
+    run = uuid.uuid4().hex  # this test's own subtree
+    namespace = ("user", "bob", run, "prefs")
     written = bob.put_memory(namespace, "coffee", {"likes": "flat white"}, index={"text": "coffee"}, ttl_seconds=3600)
     assert (written.namespace, written.key, written.attributes) == (namespace, "coffee", {"namespace": "user", "sub": "bob"})
     assert isinstance(written.created_at, datetime) and written.created_at.tzinfo is not None
@@ -59,31 +60,35 @@ def test_memories(sdk) -> None:
     assert (memory.id, memory.value) == (written.id, {"likes": "flat white"})
 
     for key in ("tea", "water", "juice"):
-        bob.put_memory(("user", "bob", "drinks"), key, {"n": key})
-    found = bob.search_memories(("user", "bob"), filter={"sub": "bob"}, limit=10)
+        bob.put_memory(("user", "bob", run, "drinks"), key, {"n": key})
+    mine = ("user", "bob", run)
+    found = bob.search_memories(mine, filter={"sub": "bob"}, limit=10)
     assert {item.key for item in found} == {"coffee", "tea", "water", "juice"}
     assert all(item.score is None for item in found)
-    assert [item.key for item in bob.iter_search_memories(("user", "bob"), page_size=1)] == [
-        item.key for item in bob.search_memories(("user", "bob"), limit=100)
+    assert [item.key for item in bob.iter_search_memories(mine, page_size=1)] == [
+        item.key for item in bob.search_memories(mine, limit=100)
     ]
-    assert bob.search_memories(("user", "bob"), query="coffee") == []  # nothing embedded without a worker
+    assert bob.search_memories(mine, query="coffee") == []  # nothing is embedded without a worker
 
-    assert bob.list_namespaces(prefix=("user", "bob")) == [("user", "bob", "drinks"), ("user", "bob", "prefs")]
-    assert bob.list_namespaces(prefix=("user",), max_depth=2) == [("user", "bob")]
+    assert bob.list_namespaces(prefix=mine) == [(*mine, "drinks"), (*mine, "prefs")]
+    assert bob.list_namespaces(prefix=mine, max_depth=3) == [mine]
 
-    page = bob.list_memory_events(kinds=["add"], limit=2)
+    page = bob.list_memory_events(namespace=mine, kinds=["add"], limit=2)
     assert len(page.data) == 2 and page.after_cursor is not None
-    events = list(bob.iter_memory_events(namespace=("user", "bob"), kinds=["add", "delete"], limit=2))
+    events = list(bob.iter_memory_events(namespace=mine, kinds=["add", "delete"], limit=2))
     assert [(event.kind, event.key) for event in events] == [
         ("add", "coffee"), ("add", "tea"), ("add", "water"), ("add", "juice")
     ]
+    # Caught up, the cursor stays valid for polling; resuming from it yields nothing new.
+    last = bob.list_memory_events(namespace=mine, after_cursor=page.after_cursor)
+    assert list(bob.iter_memory_events(namespace=mine, after_cursor=last.after_cursor)) == []
 
     bob.delete_memory(namespace, "coffee")
     bob.delete_memory(namespace, "coffee")  # idempotent
     with pytest.raises(NotFoundError) as caught:
         bob.get_memory(namespace, "coffee")
     assert caught.value.status == 404 and caught.value.code == "not_found" and caught.value.request_id
-    assert [event.kind for event in bob.iter_memory_events(kinds=["delete"])] == ["delete"]
+    assert [event.kind for event in bob.iter_memory_events(namespace=mine, kinds=["delete"])] == ["delete"]
     with pytest.raises(TypeError):
         bob.get_memory("user", "coffee")  # one string is not a namespace
 
@@ -125,14 +130,15 @@ def test_identity_api_key_and_health(sdk) -> None:
 
 def test_conversations_entries_and_forks(sdk) -> None:
     bob, alice = sdk("bob"), sdk("alice")
-    created = bob.create_conversation(title="Trip", metadata={"topic": "travel"})
+    run = uuid.uuid4().hex[:8]  # titles made from a first text keep its first 40 characters
+    created = bob.create_conversation(title=f"Trip {run}", metadata={"topic": "travel"})
     assert isinstance(created, Conversation)
     assert (created.title, created.owner_user_id, created.access_level, created.metadata) == (
-        "Trip", "bob", "owner", {"topic": "travel"}
+        f"Trip {run}", "bob", "owner", {"topic": "travel"}
     )
     with pytest.raises(ConflictError):
         bob.create_conversation(id=created.id)
-    assert bob.update_conversation(created.id, title="Lisbon trip").title == "Lisbon trip"
+    assert bob.update_conversation(created.id, title=f"Lisbon trip {run}").title == f"Lisbon trip {run}"
     assert bob.get_conversation(created.id).metadata == {"topic": "travel"}
 
     rich = {"role": "AI", "text": "Sunny", "events": [{"eventType": "PartialResponse", "chunk": "Sun"}]}
@@ -149,18 +155,18 @@ def test_conversations_entries_and_forks(sdk) -> None:
     # A fork: appending to a new id with a fork point.
     fork_id = str(uuid.uuid4())
     bob.append_entry(
-        fork_id, [{"role": "USER", "text": "what about Porto?"}],
+        fork_id, [{"role": "USER", "text": f"what about Porto? {run}"}],
         forked_at_conversation_id=created.id, forked_at_entry_id=entries[2].id,
     )
     fork = bob.get_conversation(fork_id)
     assert (fork.forked_at_conversation_id, fork.forked_at_entry_id) == (created.id, entries[2].id)
     assert [item.conversation_id for item in bob.iter_forks(created.id, limit=1)] == [created.id, fork_id]
     assert [entry.content[0]["text"] for entry in bob.iter_entries(fork_id)] == [
-        "message 0", "message 1", "what about Porto?"
+        "message 0", "message 1", f"what about Porto? {run}"
     ]
-    listed = [conversation.id for conversation in bob.iter_conversations(mode="all", limit=1)]
-    assert set(listed) == {created.id, fork_id}
-    assert [c.id for c in bob.list_conversations(mode="all", query="porto")] == [fork_id]
+    listed = [conversation.id for conversation in bob.iter_conversations(mode="all", query=run, limit=1)]
+    assert sorted(listed) == sorted([created.id, fork_id])
+    assert [c.id for c in bob.list_conversations(mode="latest-fork", query=run)] == [fork_id]
 
     with pytest.raises(PermissionDeniedError):
         alice.get_conversation(created.id)  # not a member (admin does not bypass membership)
@@ -196,8 +202,8 @@ def test_memberships_and_ownership_transfers(sdk) -> None:
     transfer = bob.create_transfer(conversation.id, "charlie")
     assert (transfer.from_user_id, transfer.to_user_id) == ("bob", "charlie")
     assert charlie.get_transfer(transfer.id) == transfer
-    assert [t.id for t in charlie.iter_transfers(role="recipient")] == [transfer.id]
-    assert bob.list_transfers(role="recipient").data == []
+    assert transfer.id in [t.id for t in charlie.iter_transfers(role="recipient", limit=1)]
+    assert transfer.id not in [t.id for t in bob.iter_transfers(role="recipient")]
     charlie.accept_transfer(transfer.id)
     assert bob.get_conversation(conversation.id).owner_user_id == "charlie"
     with pytest.raises(NotFoundError):
@@ -205,7 +211,7 @@ def test_memberships_and_ownership_transfers(sdk) -> None:
 
     cancelled = charlie.create_transfer(conversation.id, "bob")
     charlie.delete_transfer(cancelled.id)
-    assert charlie.list_transfers().data == []
+    assert cancelled.id not in [t.id for t in charlie.iter_transfers()]
 
     charlie.remove_membership(conversation.id, "alice")
     with pytest.raises(PermissionDeniedError):
@@ -287,7 +293,7 @@ def test_attachments_streamed_both_ways(sdk, tmp_path) -> None:
     with charlie.download_attachment(from_bytes.id) as download:
         assert download.read() == b"hello"
 
-    assert {a.id for a in alice.admin_iter_attachments(user_id="bob", limit=1)} == {
+    assert {a.id for a in alice.admin_iter_attachments(user_id="bob", limit=1)} >= {
         from_path.id, from_bytes.id, from_stream.id
     }
     bob.delete_attachment(from_stream.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -587,6 +588,12 @@ class EventStream(Iterator[StreamEvent]):
         self._closed.set()
         response = self._response
         if response is not None:
+            # Closing a socket does not wake a thread blocked reading it; shutting it down does.
+            network_stream = response.extensions.get("network_stream")
+            sock = network_stream.get_extra_info("socket") if network_stream is not None else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
             response.close()
         with contextlib.suppress(ValueError):  # being iterated by another thread right now: it ends by itself
             self._events.close()
