@@ -82,3 +82,33 @@ def test_client_credentials_request_shape_and_caching() -> None:
     short = OAuthToken.client_credentials("https://idp.example/token", client_id="svc", client_secret="s3cret",
                                           refresh_margin=3600, transport=httpx.MockTransport(idp))
     assert short() != short()  # within the refresh margin of its expiry: fetched again
+
+
+def test_an_uploaded_path_is_streamed_and_closed_afterwards(tmp_path, monkeypatch) -> None:
+    from pathlib import Path
+
+    from memory_service import Client
+
+    opened = []
+    real_open = Path.open
+
+    def recording_open(self, *args, **kwargs):
+        handle = real_open(self, *args, **kwargs)
+        opened.append(handle)
+        return handle
+
+    monkeypatch.setattr(Path, "open", recording_open)
+    received: list[bytes] = []
+
+    def service(request: httpx.Request) -> httpx.Response:
+        received.append(request.read())
+        return httpx.Response(201, json={"id": "a", "href": "/v1/attachments/a", "contentType": "text/plain",
+                                         "filename": "f.txt", "size": 5, "sha256": "x", "expiresAt": None,
+                                         "status": "ready"})
+
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"hello")
+    with Client("http://service.test", token="t", http_client=httpx.Client(transport=httpx.MockTransport(service))) as client:
+        assert client.upload_attachment(path, content_type="text/plain").filename == "f.txt"
+    assert b'filename="f.txt"' in received[0] and b"hello" in received[0]
+    assert opened and all(handle.closed for handle in opened)

@@ -46,6 +46,7 @@ class Call(Generic[T]):
     params: list[tuple[str, str]] | None = None
     json: Any = NO_BODY
     files: Callable[[], dict[str, Any]] | None = None
+    cleanup: Callable[[], None] | None = None  # after the last attempt (closes a file the call opened)
     idempotent: bool = False
     authenticated: bool = True
     accept: frozenset[int] = frozenset()
@@ -66,7 +67,7 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_backoff)
-        ceiling = min(self.max_backoff, self.backoff * (2**attempt))
+        ceiling = min(self.max_backoff, self.backoff * 2.0**attempt)
         return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not security
 
     def retry_status(self, call: Call[Any], status: int, attempt: int) -> bool:
@@ -127,7 +128,9 @@ class ClientConfig:
             return path
         return f"{self.base_url}{path}"
 
-    def request_kwargs(self, call: Call[Any], token: str | None, extra_headers: Mapping[str, str] | None = None) -> dict:
+    def request_kwargs(
+        self, call: Call[Any], token: str | None, timeout: httpx.Timeout | None = None,
+    ) -> dict[str, Any]:
         headers = dict(self.headers)
         if call.authenticated:
             if token:
@@ -136,8 +139,6 @@ class ClientConfig:
                 headers["X-API-Key"] = self.api_key
         if call.headers:
             headers.update(call.headers)
-        if extra_headers:
-            headers.update(extra_headers)
         kwargs: dict[str, Any] = {"method": call.method, "url": self.url(call.path), "headers": headers}
         if call.params:
             kwargs["params"] = call.params
@@ -145,4 +146,6 @@ class ClientConfig:
             kwargs["json"] = call.json
         if call.files is not None:
             kwargs["files"] = call.files()
+        if timeout is not None:
+            kwargs["timeout"] = timeout
         return kwargs

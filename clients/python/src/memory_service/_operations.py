@@ -384,26 +384,33 @@ def _expires_in(value: int | timedelta | str | None) -> str | None:
     return str(int(value))
 
 
-def _file_parts(file: FileInput, filename: str | None, content_type: str | None) -> Callable[[], dict[str, Any]]:
-    """The multipart ``file`` part, made anew for each attempt: httpx streams a file object in chunks (the file is
-    never read whole into memory), so a retry must start from the file's beginning again."""
+def _file_parts(
+    file: FileInput, filename: str | None, content_type: str | None,
+) -> tuple[Callable[[], dict[str, Any]], Callable[[], None] | None]:
+    """The multipart ``file`` part, made anew for each attempt (httpx streams a file object in chunks, never
+    reading it whole into memory, so a retry starts from the file's beginning again), and what closes a file
+    opened here once the call is over."""
     content_type = content_type or "application/octet-stream"
     if isinstance(file, bytes | bytearray | memoryview):
         data = bytes(file)
         name = filename or "file"
-        return lambda: {"file": (name, io.BytesIO(data), content_type)}
+        return (lambda: {"file": (name, io.BytesIO(data), content_type)}), None
     if isinstance(file, str | os.PathLike):
         path = Path(file)
         name = filename or path.name
         handles: list[IO[bytes]] = []
 
-        def open_path() -> dict[str, Any]:
+        def close() -> None:
             for handle in handles:
                 handle.close()
-            handles[:] = [path.open("rb")]
+            handles.clear()
+
+        def open_path() -> dict[str, Any]:
+            close()
+            handles.append(path.open("rb"))
             return {"file": (name, handles[0], content_type)}
 
-        return open_path
+        return open_path, close
     stream = file
     name = filename or Path(str(getattr(stream, "name", "") or "file")).name
     start = stream.tell() if stream.seekable() else None
@@ -413,15 +420,16 @@ def _file_parts(file: FileInput, filename: str | None, content_type: str | None)
             stream.seek(start)
         return {"file": (name, stream, content_type)}
 
-    return rewind
+    return rewind, None
 
 
 def upload_attachment(
     file: FileInput, *, filename: str | None = None, content_type: str | None = None,
     expires_in: int | timedelta | str | None = None,
 ) -> Call[Attachment]:
+    parts, cleanup = _file_parts(file, filename, content_type)
     return Call("POST", "/v1/attachments", _model(Attachment.from_json), params=_query(expiresIn=_expires_in(expires_in)),
-                files=_file_parts(file, filename, content_type))
+                files=parts, cleanup=cleanup)
 
 
 def _attachment_path(attachment_id: Id, *rest: str) -> str:

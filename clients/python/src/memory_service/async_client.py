@@ -114,9 +114,7 @@ class AsyncClient:
         refreshed = False
         while True:
             token = await resolve_token_async(self._config.token) if call.authenticated else None
-            request = self._http.build_request(
-                **self._config.request_kwargs(call, token), **({"timeout": timeout} if timeout else {})
-            )
+            request = self._http.build_request(**self._config.request_kwargs(call, token, timeout))
             try:
                 response = await self._http.send(request, stream=True, follow_redirects=call.follow_redirects)
             except httpx.TransportError as exc:
@@ -155,7 +153,11 @@ class AsyncClient:
             raise error_from_response(status, response.headers, body)
 
     async def _run(self, call: Call[T]) -> T:
-        return call.parse(await self._send(call))
+        try:
+            return call.parse(await self._send(call))
+        finally:
+            if call.cleanup is not None:
+                call.cleanup()
 
     async def _paginate(
         self, make_call: Callable[[str | None], Call[Page[T]]], cursor: str | None = None,
@@ -515,11 +517,13 @@ class AsyncAttachmentDownload:
 
     @property
     def content_type(self) -> str | None:
-        return self._response.headers.get("content-type")
+        value: str | None = self._response.headers.get("content-type")
+        return value
 
     @property
     def etag(self) -> str | None:
-        return self._response.headers.get("etag")
+        value: str | None = self._response.headers.get("etag")
+        return value
 
     @property
     def size(self) -> int | None:

@@ -187,7 +187,7 @@ def resolve_token(source: TokenSource | None) -> str | None:
         if close is not None:
             close()  # never awaited: do not leave a "coroutine was never awaited" warning behind
         raise TypeError("an async token callable needs AsyncClient")
-    return value
+    return _checked(value)
 
 
 async def resolve_token_async(source: TokenSource | None) -> str | None:
@@ -196,11 +196,17 @@ async def resolve_token_async(source: TokenSource | None) -> str | None:
         return source
     async_token = getattr(source, "async_token", None)
     if async_token is not None:
-        return await async_token()
+        return _checked(await async_token())
     value = source()
     if inspect.isawaitable(value):
-        return await value
-    return value
+        value = await value
+    return _checked(value)
+
+
+def _checked(token: object) -> str:
+    if not isinstance(token, str):
+        raise TypeError(f"a token callable must return a str, not {type(token).__name__}")
+    return token
 
 
 def invalidate(source: TokenSource | None) -> bool:

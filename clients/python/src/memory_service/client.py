@@ -114,9 +114,7 @@ class Client:
         refreshed = False
         while True:
             token = resolve_token(self._config.token) if call.authenticated else None
-            request = self._http.build_request(
-                **self._config.request_kwargs(call, token), **({"timeout": timeout} if timeout else {})
-            )
+            request = self._http.build_request(**self._config.request_kwargs(call, token, timeout))
             try:
                 response = self._http.send(request, stream=True, follow_redirects=call.follow_redirects)
             except httpx.TransportError as exc:
@@ -156,7 +154,11 @@ class Client:
             raise error_from_response(status, response.headers, body)
 
     def _run(self, call: Call[T]) -> T:
-        return call.parse(self._send(call))
+        try:
+            return call.parse(self._send(call))
+        finally:
+            if call.cleanup is not None:
+                call.cleanup()
 
     def _paginate(
         self, make_call: Callable[[str | None], Call[Page[T]]], cursor: str | None = None,
@@ -510,11 +512,13 @@ class AttachmentDownload:
 
     @property
     def content_type(self) -> str | None:
-        return self._response.headers.get("content-type")
+        value: str | None = self._response.headers.get("content-type")
+        return value
 
     @property
     def etag(self) -> str | None:
-        return self._response.headers.get("etag")
+        value: str | None = self._response.headers.get("etag")
+        return value
 
     @property
     def size(self) -> int | None:
