@@ -11,8 +11,8 @@ ways over the same kind of keep-alive connection with the same token:
 - sdk: ``memory_service.Client.get_memory(namespace, key)``: request built from the operation, token resolved,
   retry bookkeeping, error mapping, the answer parsed into a ``Memory`` dataclass.
 
-The two alternate in ``--rounds`` rounds of ``--calls`` calls each, so load changes on a shared machine hit both
-alike. It reports p50/p95/p99 of both and the SDK's p50 overhead against bare (goal: within 10%), and the
+The two are interleaved call by call (``--rounds`` x ``--calls`` calls each, the order flipped every call), so load
+changes on a shared machine hit both alike. It reports p50/p95/p99 of both and the SDK's p50 overhead against bare (goal: within 10%), and the
 client-side cost alone (both against an in-process transport with a canned answer: no network, no server).
 
 Results: a markdown report on stdout, JSON in bench/results/.
@@ -68,15 +68,18 @@ def sdk_get(client: Client) -> Callable[[], Any]:
 
 
 def alternate(calls: dict[str, Callable[[], Any]], *, rounds: int, per_round: int) -> dict[str, list[float]]:
-    """Per-call seconds of each callable, in alternating rounds (warmed up first)."""
+    """Per-call seconds of each callable (warmed up first), interleaved call by call with the order flipped every
+    call, so a load change on a shared machine lands on both alike."""
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for fn in calls.values():
         for _ in range(50):
             fn()
-    for round_index in range(rounds):
-        order = list(calls.items()) if round_index % 2 == 0 else list(reversed(calls.items()))
-        for name, fn in order:
-            samples[name].extend(h.time_calls(fn, calls=per_round, max_seconds=120, warmup=0))
+    items = list(calls.items())
+    for index in range(rounds * per_round):
+        for name, fn in items if index % 2 == 0 else reversed(items):
+            started = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - started)
     return samples
 
 
@@ -89,7 +92,7 @@ def measure_overhead(server: h.WebServer, token: str, *, rounds: int, per_round:
     with Client(server.base_url, token=token) as client, httpx.Client(timeout=30) as http:
         client.put_memory(NAMESPACE, KEY, {"likes": "flat white", "milk": "oat", "shots": 2},
                           index={"text": "bob likes a flat white"})
-        h.log(f"live: {rounds} rounds x {per_round} calls each, bare httpx and the SDK alternating")
+        h.log(f"live: {rounds * per_round} calls each, bare httpx and the SDK interleaved")
         live = alternate({"bare": bare_get(http, server.base_url, token), "sdk": sdk_get(client)},
                          rounds=rounds, per_round=per_round)
         body = json.dumps(bare_get(http, server.base_url, token)()).encode()
