@@ -129,7 +129,6 @@ class Client:
                     try:
                         response.read()
                     except httpx.TransportError as exc:
-                        response.close()
                         if not policy.retry_exception(call, exc, attempt):
                             raise connection_error(exc) from exc
                         time.sleep(policy.delay(attempt))
