@@ -116,6 +116,10 @@ def _stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator[bytes]
         blob.close()
 
 
+# Cached by the caller only, revalidated every time (access can be revoked); a 304 repeats it (RFC 9110 15.4.5).
+DOWNLOAD_CACHE_CONTROL = "private, no-cache"
+
+
 def download_response(request: Request, attachment: Attachment) -> HttpResponse:
     etag = f'"{attachment.sha256}"'
     active = is_active_type(attachment.content_type)
@@ -123,6 +127,7 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
         response = HttpResponse(status=304)
         del response["Content-Type"]
         response["ETag"] = etag
+        response["Cache-Control"] = DOWNLOAD_CACHE_CONTROL
         response["X-Content-Type-Options"] = "nosniff"
         return response
     disposition = content_disposition_header(active, attachment.filename)
@@ -152,7 +157,7 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Disposition"] = disposition
     response["Content-Security-Policy"] = "sandbox; default-src 'none'"
-    response["Cache-Control"] = "private, no-cache"
+    response["Cache-Control"] = DOWNLOAD_CACHE_CONTROL
     return response
 
 
@@ -233,7 +238,9 @@ class AttachmentView(APIView):
         responses={
             (200, "*/*"): _FILE_RESPONSE,
             302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
-            304: OpenApiResponse(description="Not modified (If-None-Match matched the ETag)"),
+            304: OpenApiResponse(
+                description="Not modified (If-None-Match matched the ETag); with the 200's ETag and Cache-Control"
+            ),
             **error_responses(400, 401, 403, 404),
         },
     )

@@ -7,6 +7,7 @@ build the dicts.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.conf import settings
@@ -29,8 +30,10 @@ from apps.core.serializers import (
 from apps.sharing.access import AccessLevel
 
 ROLES = ("USER", "AI")
-HISTORY_ITEM_FIELDS = {"role", "text", "attachmentId"}
 MAX_CONTENT_TYPE_CHARS = 128
+# D10: "history", or "history/<flavour>" for a client's richer item format (history/vercelai, history/lc4j).
+HISTORY_CONTENT_TYPE_PATTERN = r"^history(/[!-~]+)?$"
+_HISTORY_CONTENT_TYPE = re.compile(HISTORY_CONTENT_TYPE_PATTERN)
 MAX_QUERY_CHARS = 500
 
 
@@ -87,8 +90,8 @@ class ConversationUpdateSerializer(StrictSerializer):
         "type": "array",
         "minItems": 1,
         "items": {"type": "object", "additionalProperties": True},
-        "description": "history items: {role: USER|AI, text?: string, attachmentId?: uuid} with text and/or "
-        "attachmentId; context items: any JSON objects",
+        "description": "history items: {role: USER|AI, text?: string, attachmentId?: uuid, "
+        "attachments?: [{attachmentId?: uuid, ...}], ...any other fields}; context items: any JSON objects",
     }
 )
 class ContentField(serializers.Field):
@@ -134,9 +137,12 @@ class EntryAppendSerializer(StrictSerializer):
         channel = data["channel"]
         content_type = data.get("contentType")
         if channel == Channel.HISTORY:
-            if content_type not in (None, "history"):
-                raise serializers.ValidationError({"contentType": "must be 'history' on the history channel"})
-            data["contentType"] = "history"
+            if content_type is None:
+                data["contentType"] = "history"
+            elif not _HISTORY_CONTENT_TYPE.match(content_type):
+                raise serializers.ValidationError(
+                    {"contentType": "must be 'history' or 'history/<flavour>' on the history channel"}
+                )
             for index, item in enumerate(data["content"]):
                 problem = _history_item_problem(item)
                 if problem:
@@ -154,21 +160,30 @@ class EntryAppendSerializer(StrictSerializer):
 
 
 def _history_item_problem(item: dict) -> str | None:
-    unknown = sorted(set(item) - HISTORY_ITEM_FIELDS)
-    if unknown:
-        return f"unknown field(s) {', '.join(unknown)}; history items carry role, text and attachmentId"
+    """Items are client data (D10), stored and returned as sent: only the fields the service reads are checked,
+    ``role``, ``text`` (the search index text and the title) and the attachment references."""
     if item.get("role") not in ROLES:
         return "role must be USER or AI"
-    if "text" not in item and "attachmentId" not in item:
-        return "must carry text and/or attachmentId"
     if "text" in item and not isinstance(item["text"], str):
         return "text must be a string"
-    if "attachmentId" in item:
-        try:
-            StrictUUIDField().to_internal_value(item["attachmentId"])
-        except serializers.ValidationError:
-            return "attachmentId must be a UUID string"
+    if "attachmentId" in item and not _is_uuid(item["attachmentId"]):
+        return "attachmentId must be a UUID string"
+    if "attachments" in item:
+        attachments = item["attachments"]
+        if not isinstance(attachments, list) or not all(isinstance(ref, dict) for ref in attachments):
+            return "attachments must be an array of objects"
+        for position, ref in enumerate(attachments):
+            if "attachmentId" in ref and not _is_uuid(ref["attachmentId"]):
+                return f"attachments[{position}].attachmentId must be a UUID string"
     return None
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        StrictUUIDField().to_internal_value(value)
+    except serializers.ValidationError:
+        return False
+    return True
 
 
 class EntryAppendSchema(OpenApiSerializerExtension):
@@ -199,21 +214,37 @@ def entry_append_schema() -> dict:
     items = {"minItems": 1, "maxItems": settings.CONVERSATION_ENTRY_MAX_ITEMS}
     history_item = {
         "type": "object",
+        "description": "Client data, stored (encrypted) and returned exactly as sent; any other field (events, "
+        "type, ...) is kept. text is what search indexes; attachmentId and attachments[].attachmentId link "
+        "uploaded attachments to the entry (readable by the conversation's readers, no longer expiring).",
         "properties": {
             "role": {"type": "string", "enum": list(ROLES)},
             "text": {"type": "string"},
             "attachmentId": uuid_schema,
+            "attachments": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"attachmentId": uuid_schema},
+                    "additionalProperties": True,
+                },
+            },
         },
         "required": ["role"],
-        "anyOf": [{"required": ["text"]}, {"required": ["attachmentId"]}],
-        "additionalProperties": False,
+        "additionalProperties": True,
     }
     history = {
         "type": "object",
         "title": "HistoryEntryAppend",
         "properties": {
             "channel": {"type": "string", "const": Channel.HISTORY.value, "default": Channel.HISTORY.value},
-            "contentType": {"type": "string", "const": "history", "default": "history"},
+            "contentType": {
+                "type": "string",
+                "pattern": HISTORY_CONTENT_TYPE_PATTERN,
+                "maxLength": MAX_CONTENT_TYPE_CHARS,
+                "default": "history",
+                "description": "history, or history/<flavour> (history/vercelai, history/lc4j, ...)",
+            },
             "content": {"type": "array", "items": history_item, **items},
             **common,
         },

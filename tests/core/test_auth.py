@@ -264,9 +264,20 @@ def test_api_key_is_seeded_by_migrate():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("key", ["wrong-key", "", TEST_API_KEY + "x", TEST_API_KEY[:-1], "k" * 600])
+@pytest.mark.parametrize("key", ["wrong-key", TEST_API_KEY + "x", TEST_API_KEY[:-1], "k" * 600, " x "])
 def test_unknown_api_key_is_401(client_for, key):
-    assert_401(client_for("bob", api_key=key).get("/v1/me"), None if key == "" else "The API key is not valid.")
+    assert_401(client_for("bob", api_key=key).get("/v1/me"), "The API key is not valid.")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", ["", " ", "\t "])
+def test_an_empty_or_blank_api_key_is_no_api_key(client_for, api, key):
+    """D10: the upstream project's clients send ``X-API-Key`` empty when no key is configured."""
+    response = client_for("bob", api_key=key).get("/v1/me")
+    assert response.status_code == 200, response.content
+    assert response.json()["clientId"] is None
+    # Still no credential at all without a token.
+    assert_401(api.get("/v1/me", HTTP_X_API_KEY=key))
 
 
 @pytest.mark.django_db
