@@ -219,12 +219,20 @@ def delete_transfer(principal: Principal, transfer_id: UUID) -> None:
 
 
 def on_conversation_deleting(*, conversation_ids: list[str], root_id: str, whole_tree: bool, **_: object) -> None:
-    """Same transaction as the delete: a deleted tree keeps no members and no pending transfer; a deleted fork
-    takes the transfers that name it."""
+    """Same transaction as the delete (which holds the tree's root lock): a deleted tree keeps no members and no
+    pending transfer; its memberships move to the archive the admin view reads, where they grant nothing. A
+    deleted fork takes the transfers that name it."""
     if whole_tree:
         for user_id, level in Membership.objects.filter(root_id=root_id).values_list("user_id", "access_level"):
             _membership_event("deleted", UUID(root_id), user_id, level)
         OwnershipTransfer.objects.filter(root_id=root_id).delete()
-        Membership.objects.filter(root_id=root_id).delete()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "WITH gone AS (DELETE FROM conversation_memberships WHERE root_id = %s "
+                "RETURNING id, root_id, user_id, access_level, created_at) "
+                "INSERT INTO conversation_memberships_archive (id, root_id, user_id, access_level, created_at, "
+                "archived_at) SELECT id, root_id, user_id, access_level, created_at, clock_timestamp() FROM gone",
+                [root_id],
+            )
     else:
         OwnershipTransfer.objects.filter(conversation_id__in=conversation_ids).delete()

@@ -119,7 +119,8 @@ class AdminMembershipViewSet(viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's members",
-        description="Auditor or admin role; audit-logged.",
+        description="Auditor or admin role; audit-logged. For a deleted conversation: the members its fork tree had "
+        "when it was deleted (kept for this view only; they grant no access and users see none of them).",
         parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_memberships")],
         responses={200: serializers.MembershipPage, **error_responses(400, 401, 403, 404)},
     )

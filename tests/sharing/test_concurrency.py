@@ -271,3 +271,37 @@ def test_accept_of_a_co_owners_transfer_racing_the_removal_and_lowering_of_that_
             assert final.get("alice") in (None, "writer")
         assert Counter(final.values())["owner"] in (1, 2)
     assert count("conversation_ownership_transfers") == 0
+
+
+def test_delete_racing_membership_changes_archives_exactly_the_members_it_saw(tree, http) -> None:
+    """Issue 21 item 3 under 32 clients: the owner deletes the conversation while the manager adds members and the
+    owner lowers the reader. Whatever ran before the delete is what the admin view shows afterwards; nothing is left
+    live, and nothing done after the delete landed."""
+    conversation_id, _ = tree
+    calls = []
+    for i in range(CLIENTS):
+        if i % 8 == 0:
+            calls.append(lambda c=http("olivia"): c.delete(conv_path(conversation_id)))
+        elif i % 8 == 1:
+            calls.append(lambda c=http("olivia"), i=i: c.patch(conv_path(conversation_id, "memberships", "rita"),
+                                                               {"accessLevel": "writer" if i % 16 == 1 else "reader"}))
+        else:
+            calls.append(lambda c=http("mandy"), i=i: c.post(conv_path(conversation_id, "memberships"),
+                                                             {"userId": f"late{i}", "accessLevel": "reader"}))
+    responses = run_concurrently(calls)
+    assert_no_5xx(responses)
+    deletes = sorted(r.status_code for i, r in enumerate(responses) if i % 8 == 0)
+    assert deletes == [204] + [404] * (len(deletes) - 1)
+    added = {f"late{i}" for i, r in enumerate(responses) if i % 8 > 1 and r.status_code == 201}
+    assert {r.status_code for i, r in enumerate(responses) if i % 8 > 1} <= {201, 404}
+    assert levels(conversation_id) == {}
+    archived = dict(sql("SELECT user_id, access_level FROM conversation_memberships_archive WHERE root_id = %s",
+                        [conversation_id]))
+    assert set(archived) == {"olivia", "mandy", "rita"} | added
+    assert archived["olivia"] == "owner" and archived["mandy"] == "manager"
+    admin = http("adam", roles=("user", "admin"))
+    response = admin.get(f"/v1/admin/conversations/{conversation_id}/memberships?limit=1000")
+    assert response.status_code == 200, response.text
+    assert {m["userId"]: m["accessLevel"] for m in response.json()["data"]} == archived
+    for user in archived:
+        assert http(user).get(conv_path(conversation_id)).status_code == 404
