@@ -310,7 +310,8 @@ class AdminAttachmentsView(APIView):
     @extend_schema(
         tags=["admin"],
         summary="List all attachments",
-        description="Auditor or admin role; newest first; audit-logged.",
+        description="Auditor or admin role; newest first; audit-logged. Each item's `href` is the user download, "
+        "which applies the user rules to admins too; staff read the bytes with GET /v1/admin/attachments/{id}.",
         parameters=[
             OpenApiParameter("userId", str, description="Uploader filter"),
             cursor_parameter(),
