@@ -38,10 +38,16 @@ def attachment_ids(content: Any) -> list[uuid.UUID]:
     return ids
 
 
-def link_entry_attachments(sender: Any, *, principal, conversation_id: str, entry_id: str, content: Any, **_: Any) -> None:
+def link_entry_attachments(
+    sender: Any, *, principal, conversation_id: str, entry_id: str, channel: str, content: Any, **_: Any
+) -> None:
     ids = attachment_ids(content)
     if ids:
-        services.link_to_entry(principal, conversation_id=conversation_id, entry_id=entry_id, attachment_ids=ids)
+        # A context entry is private to its API-key client (D5), and so is what it references.
+        client_id = principal.client_id if channel == "context" else None
+        services.link_to_entry(
+            principal, conversation_id=conversation_id, entry_id=entry_id, attachment_ids=ids, client_id=client_id
+        )
 
 
 def unlink_deleted_conversations(sender: Any, *, conversation_ids: list[str], **_: Any) -> None:

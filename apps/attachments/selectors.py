@@ -47,17 +47,34 @@ def get_visible(attachment_id: uuid.UUID) -> Attachment:
 
 
 def readable_attachment(principal: Principal, attachment_id: uuid.UUID) -> Attachment:
-    """The attachment if ``principal`` may read it: its uploader, an admin or auditor, or a reader of a conversation
-    with an entry referencing it. 404 when it does not exist (or expired), 403 when it exists for someone else."""
+    """The attachment if ``principal`` may read it: its uploader, or whoever may read an entry referencing it (D7): a
+    reader of that conversation, and for a context entry (private to its API-key client, D5) only through that
+    client. 404 when it does not exist (or expired), 403 when it exists for someone else.
+
+    Admins and auditors get no bypass here (D7 names no one else); they read through the audit-logged admin
+    endpoint (``admin_get``)."""
     attachment = get_visible(attachment_id)
-    if attachment.user_id == principal.user_id or principal.is_auditor:
+    if attachment.user_id == principal.user_id:
         return attachment
+    through = Q(client_id__isnull=True)
+    if principal.client_id is not None:
+        through |= Q(client_id=principal.client_id)
     conversation_ids = list(
-        AttachmentLink.objects.filter(attachment_id=attachment.id).values_list("conversation_id", flat=True).distinct()
+        AttachmentLink.objects.filter(through, attachment_id=attachment.id)
+        .values_list("conversation_id", flat=True)
+        .distinct()
     )
     if access.reads_any(principal.user_id, [str(value) for value in conversation_ids]):
         return attachment
     raise errors.forbidden("You do not have access to this attachment.")
+
+
+def admin_get(attachment_id: uuid.UUID) -> Attachment:
+    """Any ready attachment, as the admin list shows them (expired ones awaiting the sweep included)."""
+    attachment = Attachment.objects.filter(id=attachment_id, status=AttachmentStatus.READY).first()
+    if attachment is None:
+        raise errors.not_found("Attachment not found.")
+    return attachment
 
 
 ADMIN_CURSOR = "attachments.admin"

@@ -232,8 +232,10 @@ class AttachmentView(APIView):
         description="Streams the content with Content-Type, Content-Length, ETag (the sha256), "
         "X-Content-Type-Options: nosniff, and Content-Disposition: attachment for active types (HTML, SVG, ...). "
         "If-None-Match with the ETag: 304. With S3 storage and ATTACHMENT_S3_DIRECT_DOWNLOAD, a file not encrypted "
-        "by the service: 302 to a presigned URL. Readable by the uploader, admins and auditors, and readers of a "
-        "conversation whose entry references it.",
+        "by the service: 302 to a presigned URL. Readable by the uploader and by whoever may read an entry "
+        "referencing it: the conversation's readers, and for a context entry (private to its API-key client) only "
+        "readers calling through that client. Admins and auditors have no bypass here (403 like anyone else); "
+        "they read through GET /v1/admin/attachments/{id}, which is audit-logged.",
         parameters=[_ID_PARAM],
         responses={
             (200, "*/*"): _FILE_RESPONSE,
@@ -251,7 +253,8 @@ class AttachmentView(APIView):
     @extend_schema(
         tags=["attachments"],
         summary="Delete a file",
-        description="The uploader or an admin. Entries referencing it keep their attachmentId; downloads then 404.",
+        description="The uploader or an admin (an admin deleting someone else's file is audit-logged). Entries "
+        "referencing it keep their attachmentId; downloads then 404.",
         parameters=[_ID_PARAM],
         responses={204: None, **error_responses(400, 401, 403, 404)},
     )
@@ -307,7 +310,8 @@ class AdminAttachmentsView(APIView):
     @extend_schema(
         tags=["admin"],
         summary="List all attachments",
-        description="Auditor or admin role; newest first; audit-logged.",
+        description="Auditor or admin role; newest first; audit-logged. Each item's `href` is the user download, "
+        "which applies the user rules to admins too; staff read the bytes with GET /v1/admin/attachments/{id}.",
         parameters=[
             OpenApiParameter("userId", str, description="Uploader filter"),
             cursor_parameter(),
@@ -332,3 +336,30 @@ class AdminAttachmentsView(APIView):
             params={"userId": user_id, "limit": limit, "afterCursor": cursor is not None},
         )
         return Response(selectors.admin_list(user_id=user_id, cursor=cursor, limit=limit))
+
+
+class AdminAttachmentView(APIView):
+    content_negotiation_class = _AnyAccept
+
+    @extend_schema(
+        tags=["admin"],
+        summary="Download any attachment (auditor or admin role)",
+        description="The admins' and auditors' way to read a file they may not read as users (the user endpoints "
+        "give them no bypass). Audit-logged (who, which attachment, the request id; never the bytes). Any ready "
+        "attachment the admin list shows, expired ones awaiting the sweep included. The response is the "
+        "download's: Content-Type, Content-Length, ETag, nosniff, Content-Disposition: attachment for active types; "
+        "If-None-Match with the ETag: 304; 302 to a presigned URL in S3 direct-download mode.",
+        parameters=[_ID_PARAM],
+        responses={
+            (200, "*/*"): _FILE_RESPONSE,
+            302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
+            304: OpenApiResponse(description="Not modified (If-None-Match matched the ETag)"),
+            **error_responses(400, 401, 403, 404),
+        },
+    )
+    def get(self, request: Request, id: str) -> HttpResponse:
+        attachment_id = _path_uuid(id)
+        if not request.user.is_auditor:
+            raise errors.forbidden("Requires the auditor or admin role.")
+        audit.record(request.user, "admin.attachments.get", target_id=str(attachment_id))
+        return download_response(request, selectors.admin_get(attachment_id))

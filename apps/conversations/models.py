@@ -78,6 +78,13 @@ class Entry(IndexState):
     class Meta:
         db_table = "conversation_entries"
         verbose_name_plural = "entries"
+        constraints = [
+            # Search is shared by every member; a context entry is private to its client (D5): never indexed.
+            models.CheckConstraint(
+                name="conversation_entries_context_never_indexed",
+                condition=Q(channel="history") | Q(indexed_content__isnull=True, embedding_pending=False),
+            ),
+        ]
         indexes = [
             models.Index(fields=["conversation", "created_at", "id"], name="conversation_entries_order"),
             # GET /v1/conversations/unindexed and the background indexer's text pass.

@@ -147,8 +147,15 @@ class EntryAppendSerializer(StrictSerializer):
                 problem = _history_item_problem(item)
                 if problem:
                     raise serializers.ValidationError({f"content[{index}]": problem})
-        elif content_type is None:
-            data["contentType"] = channel
+        else:
+            if "indexedContent" in data:
+                # Search is shared by every member; a context entry is private to its API-key client (D5), so it is
+                # never indexed: no index text, no vectors, nothing a search could return.
+                raise serializers.ValidationError(
+                    {"indexedContent": "only history entries are indexed; context entries are never searchable"}
+                )
+            if content_type is None:
+                data["contentType"] = channel
         if ("forkedAtConversationId" in data) != ("forkedAtEntryId" in data):
             missing = "forkedAtEntryId" if "forkedAtConversationId" in data else "forkedAtConversationId"
             raise serializers.ValidationError({missing: "forkedAtConversationId and forkedAtEntryId go together"})
@@ -201,12 +208,12 @@ class EntryAppendSchema(OpenApiSerializerExtension):
 
 def entry_append_schema() -> dict:
     uuid_schema = {"type": "string", "format": "uuid"}
+    indexed_content = {
+        "type": ["string", "null"],
+        "pattern": NO_NUL_PATTERN,
+        "description": f"Search index text, at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes",
+    }
     common = {
-        "indexedContent": {
-            "type": ["string", "null"],
-            "pattern": NO_NUL_PATTERN,
-            "description": f"Search index text, at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes",
-        },
         "forkedAtConversationId": {**uuid_schema, "description": "Only with a new id: fork this conversation"},
         "forkedAtEntryId": {**uuid_schema, "description": "Only with a new id: the fork sees entries before it"},
     }
@@ -246,6 +253,7 @@ def entry_append_schema() -> dict:
                 "description": "history, or history/<flavour> (history/vercelai, history/lc4j, ...)",
             },
             "content": {"type": "array", "items": history_item, **items},
+            "indexedContent": indexed_content,
             **common,
         },
         "required": ["content"],
@@ -255,7 +263,9 @@ def entry_append_schema() -> dict:
     context = {
         "type": "object",
         "title": "ContextEntryAppend",
-        "description": "Needs an API-key client (X-API-Key); visible only to that client.",
+        "description": "Needs an API-key client (X-API-Key); visible only to that client. Never indexed or "
+        "searched (no indexedContent: 400) and never the source of a conversation's title; an attachment it "
+        "references is readable by its uploader and, through the same client, by the conversation's readers.",
         "properties": {
             "channel": {"type": "string", "const": Channel.CONTEXT.value},
             "contentType": {

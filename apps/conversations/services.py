@@ -238,7 +238,10 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
     with transaction.atomic():
         locked = _lock(principal.user_id, conversation_id)
         if locked is None:
-            _create_for_append(principal, conversation_id, content, fork)
+            # A context entry is private to its client (D5): the plaintext title, which every member reads, never
+            # comes from it; such a conversation starts untitled.
+            title = _title_from(content) if channel == Channel.HISTORY else ""
+            _create_for_append(principal, conversation_id, title, fork)
             locked = _lock(principal.user_id, conversation_id)
             assert locked is not None  # inserted above or by a concurrent creator; never deleted outright
         if locked.deleted:
@@ -276,9 +279,11 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
             principal=principal,
             conversation_id=str(conversation_id),
             entry_id=str(entry_id),
+            channel=channel,
             content=content,
         )
         publish("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})
+        # Only history entries are indexed (the serializer refuses indexedContent on a context entry).
         if data.get("indexedContent") is not None or (channel == Channel.HISTORY and settings.CONVERSATION_AUTO_INDEX):
             # One indexer task per burst of appends (tasks.request_indexing), after commit.
             transaction.on_commit(request_indexing_quietly)
@@ -294,10 +299,10 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
 
 
 def _create_for_append(
-    principal: Principal, conversation_id: UUID, content: list, fork: tuple[UUID, UUID] | None
+    principal: Principal, conversation_id: UUID, title: str, fork: tuple[UUID, UUID] | None
 ) -> None:
     now = timezone.now()
-    title = _title_from(content).replace("\x00", "")
+    title = title.replace("\x00", "")
     if fork is None:
         if _insert_conversation(
             conversation_id, root_id=conversation_id, owner_user_id=principal.user_id, title=title, metadata={}, now=now

@@ -13,7 +13,7 @@ from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
 from apps.sharing import access
 from apps.sharing.access import AccessLevel
-from apps.sharing.models import Membership, OwnershipTransfer
+from apps.sharing.models import ArchivedMembership, Membership, OwnershipTransfer
 
 MEMBERSHIPS_CURSOR = "sharing.memberships"
 TRANSFERS_CURSOR = "sharing.transfers"
@@ -42,8 +42,11 @@ def _oldest_first(queryset, tag: str, cursor: str | None, limit: int) -> paginat
     return pagination.keyset_page(pagination.ModelKeyset(queryset, "created_at"), tag=tag, cursor=cursor, limit=limit)
 
 
-def membership_page(root_id: Any, conversation_id: Any, *, cursor: str | None, limit: int) -> dict:
-    page = _oldest_first(Membership.objects.filter(root_id=root_id), MEMBERSHIPS_CURSOR, cursor, limit)
+def membership_page(
+    root_id: Any, conversation_id: Any, *, cursor: str | None, limit: int, archived: bool = False
+) -> dict:
+    model = ArchivedMembership if archived else Membership
+    page = _oldest_first(model.objects.filter(root_id=root_id), MEMBERSHIPS_CURSOR, cursor, limit)
     return pagination.envelope([membership_response(row, conversation_id) for row in page.items], page.next_cursor)
 
 
@@ -58,10 +61,13 @@ def list_memberships(principal: Principal, conversation_id: UUID, *, cursor: str
 
 
 def admin_list_memberships(conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
+    """The tree's members; for a deleted tree, the members it had when it was deleted (the archive: a deleted tree
+    has no live memberships, a live one no archived ones)."""
     root_id = access.root_of(str(conversation_id))
     if root_id is None:
         raise errors.not_found("Conversation not found.")
-    return membership_page(root_id, conversation_id, cursor=cursor, limit=limit)
+    archived = ArchivedMembership.objects.filter(root_id=root_id).exists()
+    return membership_page(root_id, conversation_id, cursor=cursor, limit=limit, archived=archived)
 
 
 def list_transfers(principal: Principal, *, role: str, cursor: str | None, limit: int) -> dict:

@@ -72,6 +72,10 @@ def test_async_attachments(async_sdk, tmp_path) -> None:
             async with AsyncClient(bob.base_url) as anonymous:
                 async with await anonymous.download_signed(link.url) as download:
                     assert await download.read() == b"tiny"
+        async with async_sdk("alice") as alice:  # admin: through the audit-logged admin endpoint
+            async with await alice.admin_download_attachment(small.id) as download:
+                assert await download.read() == b"tiny"
+        async with async_sdk("bob") as bob:
             await bob.delete_attachment(small.id)
             with pytest.raises(NotFoundError):
                 await bob.download_attachment(small.id)

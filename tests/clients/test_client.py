@@ -296,6 +296,11 @@ def test_attachments_streamed_both_ways(sdk, tmp_path) -> None:
     assert {a.id for a in alice.admin_iter_attachments(user_id="bob", limit=1)} >= {
         from_path.id, from_bytes.id, from_stream.id
     }
+    # Admins read other users' files through the audit-logged admin endpoint only.
+    with pytest.raises(PermissionDeniedError):
+        alice.download_attachment(from_stream.id)
+    with alice.admin_download_attachment(from_stream.id) as download:
+        assert download.read() == b"streamed"
     bob.delete_attachment(from_stream.id)
     with pytest.raises(NotFoundError):
         bob.download_attachment(from_stream.id)

@@ -100,6 +100,7 @@ OPERATIONS: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/conversations/{conversationId}/forks"): "admin_list_forks",
     ("POST", "/v1/admin/conversations/search"): "admin_search_conversations",
     ("GET", "/v1/admin/attachments"): "admin_list_attachments",
+    ("GET", "/v1/admin/attachments/{id}"): "admin_download_attachment",
 }
 
 
@@ -520,6 +521,15 @@ def admin_list_attachments(
 ) -> Call[Page[Attachment]]:
     params = _query(userId=user_id, limit=limit, afterCursor=after_cursor)
     return Call("GET", "/v1/admin/attachments", _page(Attachment.from_json), params=params, idempotent=True)
+
+
+def admin_download_attachment(attachment_id: Id, *, if_none_match: str | None = None) -> Call[None]:
+    """Any attachment, for auditors and admins (the user download gives them no bypass); audit-logged."""
+    headers = {"Accept": "*/*"}
+    if if_none_match:
+        headers["If-None-Match"] = if_none_match
+    path = "/v1/admin/attachments/" + _segment(attachment_id, "attachment_id")
+    return Call("GET", path, _none, idempotent=True, accept=frozenset({304}), headers=headers, follow_redirects=True)
 
 
 # --- Live events ------------------------------------------------------------------------------------------------

@@ -475,6 +475,11 @@ class Client:
     def admin_iter_attachments(self, *, user_id: str | None = None, limit: int | None = None) -> Iterator[Attachment]:
         return self._paginate(lambda cursor: ops.admin_list_attachments(user_id=user_id, limit=limit, after_cursor=cursor))
 
+    def admin_download_attachment(self, attachment_id: Id, *, if_none_match: str | None = None) -> AttachmentDownload:
+        """Any attachment's file, streamed as :meth:`download_attachment` (auditor or admin role; audit-logged)."""
+        call = ops.admin_download_attachment(attachment_id, if_none_match=if_none_match)
+        return AttachmentDownload(self._send(call, stream=True))
+
     # --- Live events ----------------------------------------------------------------------------------------------
 
     def events(
