@@ -60,6 +60,17 @@ def tcp_inodes(port: int, state: str) -> list[str]:
     return inodes
 
 
+def listening_addresses(port: int) -> set[str]:
+    """The IPv4 addresses listening on local ``port`` (``"127.0.0.1"``, ``"0.0.0.0"``)."""
+    addresses = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        address, _, local_port = fields[1].partition(":")
+        if int(local_port, 16) == port and fields[3] == LISTEN:
+            addresses.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return addresses
+
+
 def database_url(settings_dict: Mapping) -> str:
     """A libpq URL for a Django DATABASES entry (the test database once pytest-django created it)."""
     user = quote(settings_dict.get("USER") or "", safe="")

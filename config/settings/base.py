@@ -157,6 +157,9 @@ SPECTACULAR_SETTINGS = {
 OIDC_ISSUER_URL = env_str("OIDC_ISSUER_URL", "")
 OIDC_JWKS_URL = env_str("OIDC_JWKS_URL", "")
 OIDC_AUDIENCE = env_list("OIDC_AUDIENCE", [])
+# Off only where the issuer's tokens are all meant for this service: then any token it signs is accepted, whatever
+# application it was minted for. Production refuses to start with it on and no OIDC_AUDIENCE.
+OIDC_AUDIENCE_CHECK = env_bool("OIDC_AUDIENCE_CHECK", True)
 OIDC_ALGORITHMS = env_list("OIDC_ALGORITHMS", ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384"])
 OIDC_USER_ID_CLAIMS = env_list("OIDC_USER_ID_CLAIMS", ["preferred_username", "upn", "sub"])
 OIDC_ROLE_CLAIMS = env_list("OIDC_ROLE_CLAIMS", ["roles", "realm_access.roles", "resource_access.*.roles", "groups"])
