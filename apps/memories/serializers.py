@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.serializers import (
+    NO_NUL_PATTERN,
     JsonObjectField,
     StrictCharField,
     StrictIntegerField,
@@ -36,6 +37,32 @@ def _plainly_valid_segment(segment: str) -> bool:
     """True when _segment_field() accepts ``segment`` unchanged (its rules, and StrictCharField's: no NUL or lone
     surrogate), checked without building it. Shared by both fast paths."""
     return bool(segment) and len(segment) <= MAX_SEGMENT_CHARS and text_problem(segment) is None
+
+
+# A key wherever one is named (the PUT body, the GET and DELETE query). JSON Schema counts characters: 1024 is the
+# most characters any key can have, and the description states the byte limit.
+KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_KEY_BYTES,
+    "pattern": NO_NUL_PATTERN,
+    "description": f"At most {MAX_KEY_BYTES} bytes in UTF-8",
+}
+
+
+@extend_schema_field(KEY_SCHEMA)
+class MemoryKeyField(StrictCharField):
+    """A memory's key, the same in every operation that names one (PUT, GET, DELETE): non-empty, at most
+    MAX_KEY_BYTES in UTF-8, kept as sent."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=False, trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        key = super().to_internal_value(data)
+        if len(key.encode()) > MAX_KEY_BYTES:
+            raise serializers.ValidationError(f"must be at most {MAX_KEY_BYTES} bytes")
+        return key
 
 
 class NamespaceField(serializers.ListField):
@@ -99,15 +126,10 @@ class MemoryWriteSerializer(StrictSerializer):
     """PUT /v1/memories body. Unknown fields are rejected."""
 
     namespace = NamespaceField(min_length=1)
-    key = StrictCharField(allow_blank=False, trim_whitespace=False)
+    key = MemoryKeyField()
     value = JsonObjectField()
     index = IndexField(required=False)
     ttl_seconds = StrictIntegerField(required=False, min_value=0)
-
-    def validate_key(self, key: str) -> str:
-        if len(key.encode()) > MAX_KEY_BYTES:
-            raise serializers.ValidationError(f"must be at most {MAX_KEY_BYTES} bytes")
-        return key
 
     def validate_ttl_seconds(self, ttl: int) -> int:
         if ttl > settings.MEMORY_MAX_TTL_SECONDS:
@@ -119,7 +141,7 @@ class MemoryAddressSerializer(StrictSerializer):
     """The query of GET and DELETE: ns repeated once per segment, and key. Unknown fields are rejected."""
 
     ns = NamespaceField(min_length=1)
-    key = StrictCharField(allow_blank=False, trim_whitespace=False)
+    key = MemoryKeyField()
 
 
 def plainly_valid_address(ns: list[str], key: str | None) -> bool:
@@ -127,10 +149,12 @@ def plainly_valid_address(ns: list[str], key: str | None) -> bool:
 
     The serializer costs 80 us per GET (issue 12) to accept what nearly every request sends; False sends the
     request through it, so every refusal keeps the serializer's error body. Its rules: a key, non-empty; one to
-    the configured depth of segments, each non-empty and at most MAX_SEGMENT_CHARS; no NUL or lone surrogate."""
+    the configured depth of segments, each non-empty and at most MAX_SEGMENT_CHARS; a key of at most MAX_KEY_BYTES
+    in UTF-8; no NUL or lone surrogate."""
     return (
         bool(key)
         and text_problem(key) is None
+        and len(key.encode()) <= MAX_KEY_BYTES
         and 0 < len(ns) <= config.namespace_max_depth()
         and all(_plainly_valid_segment(segment) for segment in ns)
     )

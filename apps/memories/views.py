@@ -26,10 +26,7 @@ _NS_PARAM = OpenApiParameter(
     description="One per namespace segment, in order (at most the configured namespace depth)",
 )
 _KEY_PARAM = OpenApiParameter(
-    "key",
-    {"type": "string", "minLength": 1, "maxLength": serializers.MAX_KEY_BYTES},
-    required=True,
-    description=f"At most {serializers.MAX_KEY_BYTES} bytes in UTF-8",
+    "key", serializers.KEY_SCHEMA, required=True, description=serializers.KEY_SCHEMA["description"]
 )
 
 
