@@ -123,7 +123,7 @@ class LiveService:
             "config/gunicorn.conf.py",
             "config.asgi:application",
             "-k",
-            "uvicorn_worker.UvicornWorker",
+            "config.http_server.ServiceUvicornWorker",
             "--bind",
             f"127.0.0.1:{self.port}",
             "--workers",

@@ -108,6 +108,12 @@ WHITENOISE_USE_FINDERS = True  # serve admin and /docs assets without a collects
 # Largest JSON body accepted by any endpoint; a memory value may be 1 MiB serialized plus its index text.
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
+# How long the web server waits for a request's headers (from the connection's opening or the request's first byte)
+# and then for its body, before answering 408 and closing (config.http_server); and the most header bytes it takes
+# (431 beyond). The body deadline is for the whole body: a 10 MiB upload needs about 175 KB/s at the default.
+REQUEST_HEADER_TIMEOUT_SECONDS = float(env_str("REQUEST_HEADER_TIMEOUT_SECONDS", "10"))
+REQUEST_BODY_TIMEOUT_SECONDS = float(env_str("REQUEST_BODY_TIMEOUT_SECONDS", "60"))
+REQUEST_MAX_HEADER_BYTES = env_int("REQUEST_MAX_HEADER_BYTES", 64 * 1024)
 # Deepest nesting of arrays/objects in any JSON body, the body itself being level 1 (apps.core.parsers). Checked on
 # the raw text before decoding, because decoding and everything after it recurse per level. 64 is twice what a
 # memory value may use (32 levels under `value`, for the policies) and far beyond any realistic document.
