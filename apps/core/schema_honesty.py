@@ -42,6 +42,8 @@ def postprocess_schema(result: dict[str, Any], generator, request, public) -> di
     - 413 on every operation with a body (REQUEST_MAX_BODY_BYTES);
     - 404 on every operation with a path parameter.
 
+    A request body whose schema has required fields is itself required.
+
     An error response documented without a body gets D1's. The Error component allows no other keys.
     """
     error = result.get("components", {}).get("schemas", {}).get("Error")
@@ -55,6 +57,11 @@ def postprocess_schema(result: dict[str, Any], generator, request, public) -> di
         for method, operation in item.items():
             if method not in _METHODS:
                 continue
+            body = operation.get("requestBody")
+            if body is not None and any(
+                media.get("schema", {}).get("required") for media in body.get("content", {}).values()
+            ):
+                body["required"] = True  # a body with required fields cannot be left out (a hand-written schema)
             responses = operation.setdefault("responses", {})
             wanted = []
             # [{}] (or no entry at all) means "no credentials needed": nothing to be 401 about.

@@ -17,6 +17,8 @@ from apps.core.serializers import (
     text_problem,
 )
 from apps.memories import config
+from apps.memories.filters import RFC3339
+from apps.memories.openapi import DEPTH_MARKER
 
 MAX_SEGMENT_CHARS = 256
 MAX_KEY_BYTES = 1024
@@ -65,6 +67,13 @@ class MemoryKeyField(StrictCharField):
         return key
 
 
+# A namespace segment wherever one is named (addresses, prefixes, suffixes).
+SEGMENT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SEGMENT_CHARS, "pattern": NO_NUL_PATTERN}
+# A whole namespace (PUT, GET, DELETE): its maxItems is the depth setting in force (apps.memories.openapi).
+NAMESPACE_SCHEMA = {"type": "array", "items": SEGMENT_SCHEMA, "minItems": 1, DEPTH_MARKER: True}
+
+
+@extend_schema_field(NAMESPACE_SCHEMA)
 class NamespaceField(serializers.ListField):
     """An ordered list of non-empty strings, at most the configured depth (memory.episodic.namespace.max_depth)."""
 
@@ -122,6 +131,11 @@ class IndexField(serializers.DictField):
         return index
 
 
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": settings.MEMORY_MAX_TTL_SECONDS})
+class TtlSecondsField(StrictIntegerField):
+    """Seconds to live, 0 = no expiry; the maximum (MEMORY_MAX_TTL_SECONDS) is checked by the serializer."""
+
+
 class MemoryWriteSerializer(StrictSerializer):
     """PUT /v1/memories body. Unknown fields are rejected."""
 
@@ -129,7 +143,7 @@ class MemoryWriteSerializer(StrictSerializer):
     key = MemoryKeyField()
     value = JsonObjectField()
     index = IndexField(required=False)
-    ttl_seconds = StrictIntegerField(required=False, min_value=0)
+    ttl_seconds = TtlSecondsField(required=False, min_value=0)
 
     def validate_ttl_seconds(self, ttl: int) -> int:
         if ttl > settings.MEMORY_MAX_TTL_SECONDS:
@@ -160,7 +174,35 @@ def plainly_valid_address(ns: list[str], key: str | None) -> bool:
     )
 
 
-@extend_schema_field({"type": "object", "additionalProperties": True, "description": "Attribute filter"})
+# The filter forms apps.memories.filters.parse_filter takes (D4): per attribute, a scalar (equality) or an object of
+# operators. JSON Schema cannot say "an integer within 64 bits" of a free number, nor that a timestamp's date exists.
+_SCALAR = {"anyOf": [{"type": "string", "pattern": NO_NUL_PATTERN}, {"type": "number"}, {"type": "boolean"}], "nullable": True}
+_RANGE_BOUND = {"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time", "pattern": RFC3339.pattern}]}
+FILTER_SCHEMA = {
+    "type": "object",
+    "description": "Attribute filter: per attribute a scalar (equality) or an object of operators: `in` (a non-empty "
+    "array of scalars), `gt`, `gte`, `lt`, `lte` (a number or an RFC 3339 timestamp; several allowed), `eq`; each "
+    "also with a `$` prefix. All conditions must hold.",
+    "propertyNames": {"minLength": 1, "pattern": NO_NUL_PATTERN},
+    "additionalProperties": {
+        "anyOf": [
+            _SCALAR,
+            {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": False,
+                "properties": {
+                    **{name: _SCALAR for name in ("eq", "$eq")},
+                    **{name: {"type": "array", "minItems": 1, "items": _SCALAR} for name in ("in", "$in")},
+                    **{name: _RANGE_BOUND for op in ("gt", "gte", "lt", "lte") for name in (op, f"${op}")},
+                },
+            },
+        ]
+    },
+}
+
+
+@extend_schema_field(FILTER_SCHEMA)
 class FilterField(serializers.JSONField):
     """Validated by apps.memories.filters (one compiler for both search modes)."""
 

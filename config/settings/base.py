@@ -127,7 +127,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["apps.core.parsers.JSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "apps.core.negotiation.ContentNegotiation",
     "EXCEPTION_HANDLER": "apps.core.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "apps.core.openapi.ServiceAutoSchema",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
 }
@@ -156,7 +156,11 @@ SPECTACULAR_SETTINGS = {
     "SECURITY": [{"bearerAuth": []}, {"bearerAuth": [], "apiKey": []}],
     "AUTHENTICATION_WHITELIST": [],
     # Every error the shared layers raise is documented with D1's body; tests/fuzz holds the schema to it.
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "apps.core.schema_honesty.postprocess_schema"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.core.schema_honesty.postprocess_schema",
+        "apps.memories.openapi.namespace_depth_hook",
+    ],
 }
 
 # --- Identity (D2) ----------------------------------------------------------------------------------------------
