@@ -173,6 +173,14 @@ def test_expires_in_is_documented_on_query_and_form_and_the_upload_body_is_requi
     assert operation["requestBody"]["required"] is True
 
 
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [("/v1/attachments", "post"), ("/v1/conversations/{conversationId}/entries", "post"), ("/v1/memories", "put")],
+)
+def test_a_body_with_required_fields_is_required(schema, path, method):
+    assert schema["paths"][path][method]["requestBody"]["required"] is True
+
+
 def test_list_bodies_state_their_bounds(schema, settings):
     body = schema["paths"]["/v1/conversations/index"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert (body["minItems"], body["maxItems"]) == (1, settings.CONVERSATION_INDEX_MAX_ITEMS)
