@@ -38,9 +38,13 @@ def children(pid: int) -> list[int]:
 
 
 def socket_inodes(pid: int) -> set[str]:
-    """The inodes of the sockets ``pid`` holds open."""
+    """The inodes of the sockets ``pid`` holds open (none once it has exited: a worker gunicorn is replacing)."""
     inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except FileNotFoundError:
+        return inodes
+    for fd in fds:
         try:
             target = os.readlink(fd)
         except OSError:  # closed since the listing
