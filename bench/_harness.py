@@ -216,7 +216,7 @@ def web_server(
     )
     command = [
         str(VENV_BIN / "gunicorn"), *gunicorn_args, app,
-        "-k", "uvicorn_worker.UvicornWorker",
+        "-k", "config.http_server.ServiceUvicornWorker",
         "--bind", f"{host}:{port}",
         "--workers", str(workers),
         "--graceful-timeout", "10",

@@ -26,7 +26,7 @@ from apps.attachments import selectors, serializers, services, signing, storage
 from apps.attachments.models import Attachment
 from apps.attachments.upload import FILE_FIELD, AttachmentUploadHandler
 from apps.core import audit, crypto, errors, pagination
-from apps.core.serializers import ErrorSerializer, cursor_parameter, error_responses
+from apps.core.serializers import NO_NUL_PATTERN, ErrorSerializer, cursor_parameter, error_responses, limit_parameter
 
 logger = logging.getLogger(__name__)
 
@@ -171,13 +171,13 @@ class AttachmentsView(APIView):
         "duration (PT90S, PT30M, PT1H, P1D) or whole seconds, default 1 h, at most ATTACHMENT_MAX_EXPIRES_IN. "
         "Larger than ATTACHMENT_MAX_BYTES: 413. Unreferenced attachments are removed once expired; an entry "
         "referencing one (`{\"attachmentId\": ...}`) keeps it.",
-        parameters=[OpenApiParameter("expiresIn", str, description="ISO-8601 duration or seconds")],
+        parameters=[OpenApiParameter("expiresIn", serializers.expires_in_schema())],
         request={
             "multipart/form-data": {
                 "type": "object",
                 "properties": {
                     "file": {"type": "string", "format": "binary"},
-                    "expiresIn": {"type": "string"},
+                    "expiresIn": serializers.expires_in_schema(),
                 },
                 "required": ["file"],
             }
@@ -193,7 +193,9 @@ class AttachmentsView(APIView):
     )
     def post(self, request: Request) -> Response:
         query_expires = request.query_params.get("expiresIn")
-        expires_in = serializers.parse_expires_in(query_expires) if query_expires is not None else None
+        # An empty value is no value (the schema's pattern admits it); the query's wins over the form field's, and
+        # both are validated.
+        expires_in = serializers.parse_expires_in(query_expires) if query_expires else None
         length = request.META.get("CONTENT_LENGTH") or "0"
         try:
             too_big = int(length) > settings.ATTACHMENT_MAX_BYTES + MULTIPART_OVERHEAD_BYTES
@@ -208,8 +210,9 @@ class AttachmentsView(APIView):
             form_expires = request.data.get("expiresIn")
             if handler.finished is None or FILE_FIELD not in files:
                 raise errors.validation_error({FILE_FIELD: "a file part named 'file' is required"})
+            form_expires_in = serializers.parse_expires_in(form_expires) if form_expires else None
             if expires_in is None:
-                expires_in = serializers.parse_expires_in(form_expires)
+                expires_in = form_expires_in or serializers.parse_expires_in(None)
             attachment = handler.finished.upload.complete(expires_in)
         except ParseError:
             handler.abort()
@@ -313,9 +316,11 @@ class AdminAttachmentsView(APIView):
         description="Auditor or admin role; newest first; audit-logged. Each item's `href` is the user download, "
         "which applies the user rules to admins too; staff read the bytes with GET /v1/admin/attachments/{id}.",
         parameters=[
-            OpenApiParameter("userId", str, description="Uploader filter"),
+            OpenApiParameter(
+                "userId", {"type": "string", "maxLength": 256, "pattern": NO_NUL_PATTERN}, description="Uploader filter"
+            ),
             cursor_parameter(),
-            OpenApiParameter("limit", int, description="1..1000, default 50"),
+            limit_parameter("admin_attachments"),
         ],
         responses={200: serializers.AdminAttachmentPage, **error_responses(400, 401, 403)},
     )

@@ -21,6 +21,7 @@ from apps.core.pagination import CURSOR_SCHEMA
 from apps.core.serializers import (
     NO_NUL_PATTERN,
     JsonObjectField,
+    NonBlankCharField,
     StrictCharField,
     StrictChoiceField,
     StrictSerializer,
@@ -452,9 +453,7 @@ class SearchSerializer(StrictSerializer):
     """POST /v1/conversations/search body. Unknown fields are rejected; ``limit`` is checked by the view with
     apps.core.pagination.parse_limit."""
 
-    query = StrictCharField(
-        allow_blank=False,
-        trim_whitespace=False,
+    query = NonBlankCharField(
         max_length=settings.CONVERSATION_SEARCH_QUERY_MAX_CHARS,
         help_text="Words to find (not blank). Full-text: websearch syntax (\"quoted phrase\", or, -word); the last bare word "
         "also matches as a prefix. Semantic: embedded as a whole.",
@@ -467,11 +466,6 @@ class SearchSerializer(StrictSerializer):
         default="auto",
         help_text="auto (default: full-text and semantic fused by reciprocal rank), fulltext or semantic",
     )
-
-    def validate_query(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must not be blank")
-        return value
 
 
 class AdminSearchSerializer(SearchSerializer):
@@ -500,7 +494,7 @@ _SCHEMA_ONLY = object()
 
 def index_items_serializer(data: Any = _SCHEMA_ONLY) -> serializers.ListSerializer:
     """The body of POST /v1/conversations/index: 1..CONVERSATION_INDEX_MAX_ITEMS items (no argument: for the
-    OpenAPI schema, where drf-spectacular leaves a list's bounds out; the operation's description states them)."""
+    OpenAPI schema, whose minItems/maxItems apps.core.openapi.ServiceAutoSchema states)."""
     kwargs = {} if data is _SCHEMA_ONLY else {"data": data}
     return IndexItemSerializer(
         many=True, allow_empty=False, max_length=settings.CONVERSATION_INDEX_MAX_ITEMS, **kwargs

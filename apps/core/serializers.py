@@ -71,6 +71,19 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class NonBlankCharField(StrictCharField):
+    """Text kept exactly as sent (no trimming) that must hold something besides whitespace."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=False, trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if not value.strip():
+            raise serializers.ValidationError("must not be blank")
+        return value
+
+
 class StrictChoiceField(serializers.ChoiceField):
     """An enum value. The error names the allowed values, never echoes the input: a lone surrogate in it would make
     the error body itself unencodable (a 500 at the renderer)."""
@@ -230,6 +243,8 @@ def path_text(value: str, field: str, max_chars: int = 256) -> str:
 # --- OpenAPI: say what the strict fields enforce, so generated clients and fuzzers send what is accepted --------
 
 NO_NUL_PATTERN = r"^[^\u0000]*$"
+# No NUL, and something besides whitespace: what a field that trims and refuses blanks takes.
+NOT_BLANK_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
 
 
 class StrictSerializerSchema(OpenApiSerializerExtension):
@@ -248,14 +263,17 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
 
 
 class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
-    """StrictCharField refuses NUL characters (PostgreSQL text cannot hold them)."""
+    """StrictCharField refuses NUL characters (PostgreSQL text cannot hold them), and one that trims surrounding
+    whitespace and refuses blanks (DRF's defaults) refuses a string of whitespace."""
 
     target_class = StrictCharField
     match_subclasses = True
 
     def map_serializer_field(self, auto_schema, direction):
         schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
-        schema["pattern"] = NO_NUL_PATTERN
+        field = self.target
+        not_blank = isinstance(field, NonBlankCharField) or (field.trim_whitespace and not field.allow_blank)
+        schema["pattern"] = NOT_BLANK_PATTERN if not_blank else NO_NUL_PATTERN
         return schema
 
 

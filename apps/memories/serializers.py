@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.serializers import (
+    NO_NUL_PATTERN,
     JsonObjectField,
     StrictCharField,
     StrictIntegerField,
@@ -16,6 +17,8 @@ from apps.core.serializers import (
     text_problem,
 )
 from apps.memories import config
+from apps.memories.filters import RFC3339
+from apps.memories.openapi import DEPTH_MARKER
 
 MAX_SEGMENT_CHARS = 256
 MAX_KEY_BYTES = 1024
@@ -38,6 +41,39 @@ def _plainly_valid_segment(segment: str) -> bool:
     return bool(segment) and len(segment) <= MAX_SEGMENT_CHARS and text_problem(segment) is None
 
 
+# A key wherever one is named (the PUT body, the GET and DELETE query). JSON Schema counts characters: 1024 is the
+# most characters any key can have, and the description states the byte limit.
+KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_KEY_BYTES,
+    "pattern": NO_NUL_PATTERN,
+    "description": f"At most {MAX_KEY_BYTES} bytes in UTF-8",
+}
+
+
+@extend_schema_field(KEY_SCHEMA)
+class MemoryKeyField(StrictCharField):
+    """A memory's key, the same in every operation that names one (PUT, GET, DELETE): non-empty, at most
+    MAX_KEY_BYTES in UTF-8, kept as sent."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=False, trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        key = super().to_internal_value(data)
+        if len(key.encode()) > MAX_KEY_BYTES:
+            raise serializers.ValidationError(f"must be at most {MAX_KEY_BYTES} bytes")
+        return key
+
+
+# A namespace segment wherever one is named (addresses, prefixes, suffixes).
+SEGMENT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SEGMENT_CHARS, "pattern": NO_NUL_PATTERN}
+# A whole namespace (PUT, GET, DELETE): its maxItems is the depth setting in force (apps.memories.openapi).
+NAMESPACE_SCHEMA = {"type": "array", "items": SEGMENT_SCHEMA, "minItems": 1, DEPTH_MARKER: True}
+
+
+@extend_schema_field(NAMESPACE_SCHEMA)
 class NamespaceField(serializers.ListField):
     """An ordered list of non-empty strings, at most the configured depth (memory.episodic.namespace.max_depth)."""
 
@@ -95,19 +131,19 @@ class IndexField(serializers.DictField):
         return index
 
 
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": settings.MEMORY_MAX_TTL_SECONDS})
+class TtlSecondsField(StrictIntegerField):
+    """Seconds to live, 0 = no expiry; the maximum (MEMORY_MAX_TTL_SECONDS) is checked by the serializer."""
+
+
 class MemoryWriteSerializer(StrictSerializer):
     """PUT /v1/memories body. Unknown fields are rejected."""
 
     namespace = NamespaceField(min_length=1)
-    key = StrictCharField(allow_blank=False, trim_whitespace=False)
+    key = MemoryKeyField()
     value = JsonObjectField()
     index = IndexField(required=False)
-    ttl_seconds = StrictIntegerField(required=False, min_value=0)
-
-    def validate_key(self, key: str) -> str:
-        if len(key.encode()) > MAX_KEY_BYTES:
-            raise serializers.ValidationError(f"must be at most {MAX_KEY_BYTES} bytes")
-        return key
+    ttl_seconds = TtlSecondsField(required=False, min_value=0)
 
     def validate_ttl_seconds(self, ttl: int) -> int:
         if ttl > settings.MEMORY_MAX_TTL_SECONDS:
@@ -119,7 +155,7 @@ class MemoryAddressSerializer(StrictSerializer):
     """The query of GET and DELETE: ns repeated once per segment, and key. Unknown fields are rejected."""
 
     ns = NamespaceField(min_length=1)
-    key = StrictCharField(allow_blank=False, trim_whitespace=False)
+    key = MemoryKeyField()
 
 
 def plainly_valid_address(ns: list[str], key: str | None) -> bool:
@@ -127,16 +163,46 @@ def plainly_valid_address(ns: list[str], key: str | None) -> bool:
 
     The serializer costs 80 us per GET (issue 12) to accept what nearly every request sends; False sends the
     request through it, so every refusal keeps the serializer's error body. Its rules: a key, non-empty; one to
-    the configured depth of segments, each non-empty and at most MAX_SEGMENT_CHARS; no NUL or lone surrogate."""
+    the configured depth of segments, each non-empty and at most MAX_SEGMENT_CHARS; a key of at most MAX_KEY_BYTES
+    in UTF-8; no NUL or lone surrogate."""
     return (
         bool(key)
         and text_problem(key) is None
+        and len(key.encode()) <= MAX_KEY_BYTES
         and 0 < len(ns) <= config.namespace_max_depth()
         and all(_plainly_valid_segment(segment) for segment in ns)
     )
 
 
-@extend_schema_field({"type": "object", "additionalProperties": True, "description": "Attribute filter"})
+# The filter forms apps.memories.filters.parse_filter takes (D4): per attribute, a scalar (equality) or an object of
+# operators. JSON Schema cannot say "an integer within 64 bits" of a free number, nor that a timestamp's date exists.
+_SCALAR = {"anyOf": [{"type": "string", "pattern": NO_NUL_PATTERN}, {"type": "number"}, {"type": "boolean"}], "nullable": True}
+_RANGE_BOUND = {"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time", "pattern": RFC3339.pattern}]}
+FILTER_SCHEMA = {
+    "type": "object",
+    "description": "Attribute filter: per attribute a scalar (equality) or an object of operators: `in` (a non-empty "
+    "array of scalars), `gt`, `gte`, `lt`, `lte` (a number or an RFC 3339 timestamp; several allowed), `eq`; each "
+    "also with a `$` prefix. All conditions must hold.",
+    "propertyNames": {"minLength": 1, "pattern": NO_NUL_PATTERN},
+    "additionalProperties": {
+        "anyOf": [
+            _SCALAR,
+            {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": False,
+                "properties": {
+                    **{name: _SCALAR for name in ("eq", "$eq")},
+                    **{name: {"type": "array", "minItems": 1, "items": _SCALAR} for name in ("in", "$in")},
+                    **{name: _RANGE_BOUND for op in ("gt", "gte", "lt", "lte") for name in (op, f"${op}")},
+                },
+            },
+        ]
+    },
+}
+
+
+@extend_schema_field(FILTER_SCHEMA)
 class FilterField(serializers.JSONField):
     """Validated by apps.memories.filters (one compiler for both search modes)."""
 

@@ -17,19 +17,15 @@ from apps.memories.models import EventKind
 
 # Query schemas as strict as the validation behind them (serializers.MemoryAddressSerializer, _segments): the fuzzer
 # holds the server to them in both directions.
-_SEGMENT = {"type": "string", "minLength": 1, "maxLength": serializers.MAX_SEGMENT_CHARS}
-_SEGMENTS = {"type": "array", "items": _SEGMENT}
+_SEGMENTS = {"type": "array", "items": serializers.SEGMENT_SCHEMA}
 _NS_PARAM = OpenApiParameter(
     "ns",
-    {**_SEGMENTS, "minItems": 1},
+    serializers.NAMESPACE_SCHEMA,
     required=True,
     description="One per namespace segment, in order (at most the configured namespace depth)",
 )
 _KEY_PARAM = OpenApiParameter(
-    "key",
-    {"type": "string", "minLength": 1, "maxLength": serializers.MAX_KEY_BYTES},
-    required=True,
-    description=f"At most {serializers.MAX_KEY_BYTES} bytes in UTF-8",
+    "key", serializers.KEY_SCHEMA, required=True, description=serializers.KEY_SCHEMA["description"]
 )
 
 
@@ -199,6 +195,11 @@ def _timestamp_param(request: Request, name: str) -> datetime | None:
         raise errors.validation_error({name: "must be an ISO 8601 timestamp"}) from None
 
 
+# What _kinds_param takes in one value: known kinds, comma-separated, blanks around them and empty items ignored.
+_KIND = "(?:" + "|".join(EventKind.values) + ")"
+_KINDS_PATTERN = rf"^\s*(?:{_KIND}\s*)?(?:,\s*(?:{_KIND}\s*)?)*$"
+
+
 def _kinds_param(request: Request) -> list[str] | None:
     kinds = [kind.strip() for raw in request.query_params.getlist("kinds") for kind in raw.split(",") if kind.strip()]
     unknown = sorted(set(kinds) - set(EventKind.values))
@@ -215,7 +216,11 @@ class MemoryEventsView(APIView):
         "(or echoes the request's when nothing new), so a client can keep polling. Scoped like reads.",
         parameters=[
             OpenApiParameter("ns", _SEGMENTS, description="Namespace prefix, one per segment"),
-            OpenApiParameter("kinds", str, many=True, description="add, update, delete, expired; repeated or comma-separated"),
+            OpenApiParameter(
+                "kinds",
+                {"type": "array", "items": {"type": "string", "pattern": _KINDS_PATTERN}},
+                description="add, update, delete, expired; repeated or comma-separated",
+            ),
             OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
             OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
             cursor_parameter("after_cursor"),

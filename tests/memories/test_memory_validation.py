@@ -264,6 +264,9 @@ def test_policy_deny_on_write_writes_nothing(bob):
         ({"ns": NS, "key": ""}, "key"),
         ({"ns": ["user", "", "x"], "key": "k"}, "ns"),
         ({"ns": ["user", "bob", "a", "b", "c", "d"], "key": "k"}, "ns"),
+        ({"ns": NS, "key": "k" * 1025}, "key"),
+        ({"ns": NS, "key": "é" * 513}, "key"),  # 1026 bytes in UTF-8
+        ({"ns": NS, "key": "a\x00b"}, "key"),
     ],
 )
 def test_get_and_delete_reject_a_bad_address(bob, method, params, field):
@@ -271,6 +274,17 @@ def test_get_and_delete_reject_a_bad_address(bob, method, params, field):
 
     assert_validation_error(response, field)
     assert counts() == (0, 0)
+
+
+@pytest.mark.parametrize("key", ["k" * 1025, "é" * 513])
+def test_get_and_delete_refuse_an_oversized_key_exactly_as_put_does(bob, key):
+    """Issue 21.9: GET answered 404 and DELETE 204 for a key PUT refuses with 400."""
+    refused = put_body(bob, key=key)
+    assert_validation_error(refused, "key")
+    for method in ("get", "delete"):
+        response = getattr(bob, method)(url(MEMORIES, ns=NS, key=key))
+        assert_validation_error(response, "key")
+        assert response.json()["details"]["fields"]["key"] == refused.json()["details"]["fields"]["key"]
 
 
 def test_bad_delete_leaves_the_record(bob):
@@ -460,6 +474,9 @@ ADDRESS_CASES = [
     (["user", "\ud800"], "k"),
     (["a", "b", "c", "d", "e", "f"], "k"),
     (NS, " spaced key "),
+    (NS, "k" * 1024),
+    (NS, "k" * 1025),
+    (NS, "é" * 513),
     ([" spaced ", "segment"], "k"),
 ]
 
