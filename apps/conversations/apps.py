@@ -17,3 +17,5 @@ class ConversationsConfig(AppConfig):
 
         # /readyz shows the conversation indexer's backlog ("conversation_indexer") beside the memory indexer's.
         indexing.register(INDEXER)
+
+        from apps.conversations import openapi  # noqa: F401  (registers its schema extension)

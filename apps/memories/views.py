@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core import errors, pagination
+from apps.core.requests import validated
 from apps.core.serializers import cursor_parameter, error_responses
 from apps.memories import selectors, semantic, serializers, services
 from apps.memories.models import EventKind
@@ -29,12 +30,6 @@ _KEY_PARAM = OpenApiParameter(
 )
 
 
-def _validated(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
 def _address(request: Request) -> tuple[list[str], str]:
     ns, key = request.query_params.getlist("ns"), request.query_params.get("key")
     if serializers.plainly_valid_address(ns, key):
@@ -42,7 +37,7 @@ def _address(request: Request) -> tuple[list[str], str]:
     data: dict = {"ns": ns}
     if key is not None:
         data["key"] = key
-    address = _validated(serializers.MemoryAddressSerializer, data)
+    address = validated(serializers.MemoryAddressSerializer, data)
     return address["ns"], address["key"]
 
 
@@ -58,7 +53,7 @@ class MemoriesView(APIView):
         responses={200: serializers.MemoryWriteResponse, **error_responses(400, 401, 403, 413)},
     )
     def put(self, request: Request) -> Response:
-        data = _validated(serializers.MemoryWriteSerializer, request.data)
+        data = validated(serializers.MemoryWriteSerializer, request.data)
         result = services.put_memory(
             request.user,
             namespace=data["namespace"],
@@ -106,7 +101,7 @@ class MemorySearchView(APIView):
     def post(self, request: Request) -> Response:
         data = serializers.plainly_valid_search(request.data)
         if data is None:
-            data = _validated(serializers.MemorySearchSerializer, request.data)
+            data = validated(serializers.MemorySearchSerializer, request.data)
         limit = pagination.parse_limit(data.get("limit"), "memory_search")
         offset = pagination.parse_offset(data.get("offset"))
         if "query" in data:
