@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import uuid
 from datetime import UTC
@@ -12,8 +13,9 @@ from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerial
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
+from apps.core import errors
 from apps.core.auth.tokens import MAX_USER_ID_CHARS
-from apps.core.pagination import CURSOR_SCHEMA, LIMITS
+from apps.core.pagination import CURSOR_SCHEMA, LIMITS, parse_limit
 
 
 def _clone_field(field: serializers.Field) -> serializers.Field:
@@ -263,13 +265,17 @@ class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
         return schema
 
 
+def limit_schema(endpoint: str) -> dict[str, Any]:
+    """A list's ``limit`` in OpenAPI, with the bounds apps.core.pagination enforces (``LIMITS``)."""
+    bounds = LIMITS[endpoint]
+    return {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
+
+
 def limit_parameter(endpoint: str) -> OpenApiParameter:
-    """The ``limit`` query parameter of a paginated list, with the bounds apps.core.pagination enforces."""
+    """The ``limit`` query parameter of a paginated list."""
     bounds = LIMITS[endpoint]
     return OpenApiParameter(
-        "limit",
-        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default},
-        description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}",
+        "limit", limit_schema(endpoint), description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}"
     )
 
 
@@ -280,19 +286,18 @@ def cursor_parameter(name: str = "afterCursor") -> OpenApiParameter:
     )
 
 
+@functools.cache
 def body_limit_field(endpoint: str) -> type[serializers.JSONField]:
     """The ``limit`` of a JSON request body: a JSON integer (``"5"`` is a 400: body types are strict, unlike a query
-    string's, where every value is text). Its bounds are checked by apps.core.pagination.parse_limit, the one place
-    limits are checked; the schema states both."""
-    bounds = LIMITS[endpoint]
+    string's, where every value is text) within ``LIMITS[endpoint]``, checked by apps.core.pagination.parse_limit,
+    the one place limits are checked; the schema states both."""
 
-    @extend_schema_field(
-        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
-    )
+    @extend_schema_field(limit_schema(endpoint))
     class BodyLimitField(serializers.JSONField):
-        def to_internal_value(self, data: Any) -> Any:
-            if data is not None and (isinstance(data, bool) or not isinstance(data, int)):
-                raise serializers.ValidationError(f"must be an integer between {bounds.minimum} and {bounds.maximum}")
-            return data
+        def to_internal_value(self, data: Any) -> int:
+            try:
+                return parse_limit(data, endpoint, self.field_name, body=True)
+            except errors.ApiError as refusal:  # reported with the body's other fields
+                raise serializers.ValidationError(refusal.details["fields"][self.field_name]) from None
 
     return BodyLimitField
