@@ -14,6 +14,7 @@ from apps.core.serializers import (
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
+    body_limit_field,
     text_problem,
 )
 from apps.memories import config
@@ -207,11 +208,6 @@ class FilterField(serializers.JSONField):
     """Validated by apps.memories.filters (one compiler for both search modes)."""
 
 
-@extend_schema_field({"type": "integer", "minimum": 1, "maximum": 100, "default": 10})
-class SearchLimitField(serializers.JSONField):
-    """Validated by apps.core.pagination.parse_limit, the one place limits are checked."""
-
-
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 10000, "default": 0})
 class SearchOffsetField(serializers.JSONField):
     """Validated by apps.core.pagination.parse_offset."""
@@ -223,7 +219,7 @@ class MemorySearchSerializer(StrictSerializer):
     namespace_prefix = serializers.ListField(child=_segment_field())
     query = StrictCharField(required=False, allow_blank=False, max_length=MAX_QUERY_CHARS)
     filter = FilterField(required=False)
-    limit = SearchLimitField(required=False)
+    limit = body_limit_field("memory_search")(required=False)
     offset = SearchOffsetField(required=False)
 
 
@@ -237,8 +233,9 @@ def plainly_valid_search(data: Any) -> dict | None:
     request sends; None sends the body through it, so every refusal keeps the serializer's error body. Its rules:
     an object of known fields; namespace_prefix a list of non-empty strings of at most MAX_SEGMENT_CHARS; query,
     when present, non-blank text of at most MAX_QUERY_CHARS (the serializer would strip surrounding whitespace:
-    such a query goes through it); filter, limit and offset any non-null JSON (checked later by their own code).
-    No string with NUL or a lone surrogate."""
+    such a query goes through it); limit, when present, a JSON integer (its bounds are checked later, by
+    parse_limit); filter and offset any non-null JSON (checked later by their own code). No string with NUL or a
+    lone surrogate."""
     if type(data) is not dict or not data.keys() <= _SEARCH_FIELDS:
         return None
     prefix = data.get("namespace_prefix")
@@ -257,6 +254,8 @@ def plainly_valid_search(data: Any) -> dict | None:
         ):
             return None
     if any(data.get(name, 0) is None for name in ("filter", "limit", "offset")):
+        return None
+    if type(data.get("limit", 0)) is not int:  # "5" is a string: body types are strict
         return None
     return data
 

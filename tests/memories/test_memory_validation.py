@@ -312,6 +312,9 @@ def test_bad_address_is_400_before_authorization(bob):
         ({"namespace_prefix": [], "limit": 0}, "limit"),
         ({"namespace_prefix": [], "limit": 101}, "limit"),
         ({"namespace_prefix": [], "limit": "x"}, "limit"),
+        # A JSON body is typed: a number in a string is refused, as a query string's "5" is not (issue 21.18).
+        ({"namespace_prefix": [], "limit": "5"}, "limit"),
+        ({"namespace_prefix": [], "query": "q", "limit": "5"}, "limit"),
         ({"namespace_prefix": [], "limit": 5.5}, "limit"),
         ({"namespace_prefix": [], "limit": True}, "limit"),
         ({"namespace_prefix": [], "offset": -1}, "offset"),
