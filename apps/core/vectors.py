@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -39,7 +40,11 @@ def vector_literal(vector: Sequence[float]) -> str:
 
 
 def similarity(distance: float) -> float:
-    """Cosine distance → similarity clamped to [0, 1] (opposite directions score 0, not negative)."""
+    """Cosine distance → similarity clamped to [0, 1] (opposite directions score 0, not negative). A zero vector
+    (a text with no words, for the hashing embedder) has no direction: pgvector's distance to it is NaN, which is
+    no match (0), never a perfect one."""
+    if math.isnan(distance):
+        return 0.0
     return max(0.0, min(1.0, 1.0 - distance))
 
 

@@ -223,7 +223,12 @@ def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bo
     past its expiry (invisible, not swept yet) records its expiry instead."""
     authorize(principal, "delete", namespace, key)
     rows = run_pipelined(DELETE_STATEMENTS, write_params(namespace, key, MemoryState.DELETED))
-    return any(kind == EventKind.DELETE for _, kind in rows)
+    deleted = any(kind == EventKind.DELETE for _, kind in rows)
+    if deleted:
+        # Search already ignores the deleted version's vectors; removing them soon keeps them from slowing the
+        # HNSW walk (which steps over them) until beat's next run.
+        transaction.on_commit(_enqueue_indexing)
+    return deleted
 
 
 def expire_due_memories(batch_size: int | None = None) -> int:
@@ -256,7 +261,8 @@ def prune_events(retention_days: int | None = None) -> int:
 
 
 def _enqueue_indexing() -> None:
-    """Ask a worker to embed the new version now (beat's periodic run is the safety net)."""
+    """Ask a worker to run the indexer now: embed a new version, remove a deleted one's vectors (beat's periodic
+    run is the safety net)."""
     from apps.memories.tasks import request_indexing_quietly
 
     request_indexing_quietly()

@@ -10,6 +10,7 @@ the configured provider on first use (or by
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,30 +86,46 @@ def nearest_memories(
     return _approximate(dimension, vector_literal, scope_sql, scope_params, count)
 
 
-_RANKED = """
-    SELECT memory_id, min(distance) AS best, count(*) AS vectors
-    FROM candidates GROUP BY memory_id ORDER BY best, memory_id
-"""
+# A vector counts only while its version is the active one. Vectors of superseded and deleted versions stay in
+# memory_vectors until the indexer's next cycle removes them; judged in SQL, they can neither take a page's places
+# nor stop the HNSW walk early (three matches, the two best deleted, limit 2 must still find the third). Expiry is
+# judged on the vector's own copy of expires_at (scope_sql).
+_LIVE = "EXISTS (SELECT FROM memories m WHERE m.id = {memory_id} AND m.state = 'active')"
+
+
+def _neighbours(rows: list[tuple], count: int) -> list[Neighbour]:
+    """(memory_id, best distance, ...) rows, nearest first, as Neighbours. A NaN distance (a zero vector: a text
+    without words, for the hashing embedder, or a query without any) has no direction and is no match."""
+    return [Neighbour(row[0], float(row[1])) for row in rows if not math.isnan(row[1])][:count]
 
 
 def _exact(dimension: int, vector_literal: str, scope_sql: str, scope_params: list[Any], count: int) -> list[Neighbour]:
     with transaction.atomic(), connection.cursor() as cursor:
-        # The HNSW index must not be used here: the point is to compare every vector in the (small) scope.
-        cursor.execute("SET LOCAL enable_indexscan = off")
         # A scope this small is read in a few ms; starting parallel workers costs more than it saves (conversation
         # search measured 15-40 ms with a Gather against 5-9 ms without on 2 loaded cores).
         cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        # The liveness probe (one primary-key lookup per memory) must run on the ranked list, nearest first, until
+        # the page is full: a hash or merge join would read every active memory to judge a scope of a few.
+        cursor.execute("SET LOCAL enable_hashjoin = off")
+        cursor.execute("SET LOCAL enable_mergejoin = off")
+        # Every vector in scope is compared (no ORDER BY on the distance, so the HNSW index cannot serve it).
+        # OFFSET 0 keeps the liveness test above the sort, so it stops once ``count`` live memories are found.
         cursor.execute(
             f"""
             WITH candidates AS MATERIALIZED (
                 SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
                 FROM memory_vectors v WHERE {scope_sql}
             )
-            {_RANKED} LIMIT %s
+            SELECT r.memory_id, r.best FROM (
+                SELECT memory_id, min(distance) AS best FROM candidates WHERE distance < 'NaN'::float8
+                GROUP BY memory_id ORDER BY best, memory_id OFFSET 0
+            ) AS r
+            WHERE {_LIVE.format(memory_id="r.memory_id")}
+            LIMIT %s
             """,  # noqa: S608 - identifiers come from code; values are bound parameters
             [vector_literal, *scope_params, count],
         )
-        return [Neighbour(memory_id, float(best)) for memory_id, best, _vectors in cursor.fetchall()]
+        return _neighbours(cursor.fetchall(), count)
 
 
 def _approximate(
@@ -119,22 +136,28 @@ def _approximate(
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             cursor.execute(f"SET LOCAL hnsw.ef_search = {max(int(settings.MEMORY_VECTOR_EF_SEARCH), min(fetch, 1000))}")
+            # The liveness test must stay a per-candidate probe under the HNSW scan (a nested loop), so the walk
+            # goes on past dead versions' vectors: a hash or merge join would drain the whole index first.
+            cursor.execute("SET LOCAL enable_hashjoin = off")
+            cursor.execute("SET LOCAL enable_mergejoin = off")
             cursor.execute(
                 f"""
                 WITH candidates AS MATERIALIZED (
                     SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
-                    FROM memory_vectors v WHERE {scope_sql}
+                    FROM memory_vectors v WHERE {scope_sql} AND {_LIVE.format(memory_id="v.memory_id")}
                     ORDER BY distance
                     LIMIT %s
                 )
-                {_RANKED}
+                SELECT memory_id, min(distance) AS best, count(*) AS vectors
+                FROM candidates GROUP BY memory_id ORDER BY best, memory_id
                 """,  # noqa: S608 - identifiers come from code; values are bound parameters
                 [vector_literal, *scope_params, fetch],
             )
             rows = cursor.fetchall()
         candidates = sum(vectors for _memory_id, _best, vectors in rows)
-        exhausted = candidates < fetch  # the scope holds no more vectors than we got
-        if len(rows) >= count or exhausted or fetch >= settings.MEMORY_VECTOR_MAX_CANDIDATES:
-            return [Neighbour(memory_id, float(best)) for memory_id, best, _vectors in rows[:count]]
+        exhausted = candidates < fetch  # the scope holds no more live vectors than we got
+        neighbours = _neighbours(rows, count)
+        if len(neighbours) >= count or exhausted or fetch >= settings.MEMORY_VECTOR_MAX_CANDIDATES:
+            return neighbours
         # Several vectors per memory crowded the candidates: widen and ask again.
         fetch = min(fetch * 4, settings.MEMORY_VECTOR_MAX_CANDIDATES)
