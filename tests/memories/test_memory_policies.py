@@ -312,6 +312,23 @@ def test_policy_evaluation_error_is_500_and_never_an_allow(policy_dir, bob):
     assert Memory.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        '{"team": {"name": "x"}}',  # not a scalar
+        '{"team": ["x"]}',
+        '["x"]',  # not an object
+        '{"team": "a\\u0000b"}',  # jsonb holds no NUL: a database error before (issue 21.20)
+        '{"te\\u0000am": 1}',
+    ],
+)
+def test_attributes_the_store_cannot_hold_are_a_policy_error_and_nothing_is_written(policy_dir, bob, attributes):
+    policy_dir(attributes=f"package memories.attributes\nimport rego.v1\nattributes := {attributes}\n")
+    response = put(bob, ["user", "bob"], "k", {"v": 1})
+    assert_error(response, 500, "policy_error")
+    assert counts() == (0, 0)
+
+
 # --- segment-exact namespace matching -------------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from apps.core import errors
 from apps.core.metrics import POLICY_DECISIONS, POLICY_LATENCY
+from apps.core.serializers import json_value_problem
 
 if TYPE_CHECKING:
     from apps.core.auth.principal import Principal
@@ -200,6 +201,11 @@ def _as_attributes(value: Any) -> dict[str, Any]:
     for key, item in value.items():
         if not _is_scalar(item):
             raise _Malformed(f"attribute {key!r} must be a JSON scalar, got {type(item).__name__}")
+    # Stored in jsonb (memories, vectors, events): no NUL in a name or a string, nothing UTF-8 cannot encode.
+    # Caught here it is the policy's error, never a database error, and nothing is written.
+    problem = json_value_problem(value, int64=False)
+    if problem:
+        raise _Malformed(f"attributes cannot be stored: {problem}")
     return dict(value)
 
 
