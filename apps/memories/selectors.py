@@ -84,9 +84,9 @@ def scope_for(principal: Principal, requested_prefix: list[str], caller_filter: 
             "context": policy_context(principal),
         }
     )
-    prefix = requested_prefix if result.namespace_prefix is None else list(result.namespace_prefix)
+    prefix = list(result.namespace_prefix)
     try:
-        policy_filter = filters.parse_filter(result.attribute_filter or {}, where="policy.attribute_filter")
+        policy_filter = filters.parse_filter(result.attribute_filter, where="policy.attribute_filter")
     except errors.ApiError as exc:
         # A policy producing a filter we cannot run is the policy's fault, never a reason to widen access.
         raise errors.ApiError(500, "The filter policy returned an invalid attribute_filter.", code="policy_error") from exc
