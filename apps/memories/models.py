@@ -13,11 +13,13 @@ import uuid
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.fields.array import SliceTransform
 from django.contrib.postgres.indexes import GinIndex
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from pgvector.django import VectorField
 
 from apps.core.models import IndexState
+from apps.memories.config import MAX_NAMESPACE_DEPTH
 
 
 class MemoryState(models.TextChoices):
@@ -146,7 +148,12 @@ class ServiceSettings(models.Model):
         "memory.episodic.namespace.max_depth",
         null=True,
         blank=True,
-        help_text="Maximum namespace depth for new writes. Empty: MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH (default 5).",
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_NAMESPACE_DEPTH)],
+        help_text=(
+            f"Maximum namespace depth for new writes (1 to {MAX_NAMESPACE_DEPTH}). Empty: "
+            "MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH (default 5). Lowering it caps new writes only: deeper records "
+            "stay readable, deletable and searchable."
+        ),
     )
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -70,23 +70,35 @@ class MemoryKeyField(StrictCharField):
 
 # A namespace segment wherever one is named (addresses, prefixes, suffixes).
 SEGMENT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SEGMENT_CHARS, "pattern": NO_NUL_PATTERN}
-# A whole namespace (PUT, GET, DELETE): its maxItems is the depth setting in force (apps.memories.openapi).
+# A namespace to write (PUT): its maxItems is the depth setting in force (apps.memories.openapi).
 NAMESPACE_SCHEMA = {"type": "array", "items": SEGMENT_SCHEMA, "minItems": 1, DEPTH_MARKER: True}
+# A namespace to read or delete (GET, DELETE): up to the setting's ceiling, so that a record written before the
+# setting was lowered stays reachable.
+ADDRESS_NAMESPACE_SCHEMA = {
+    "type": "array",
+    "items": SEGMENT_SCHEMA,
+    "minItems": 1,
+    "maxItems": config.MAX_NAMESPACE_DEPTH,
+}
 
 
 @extend_schema_field(NAMESPACE_SCHEMA)
 class NamespaceField(serializers.ListField):
-    """An ordered list of non-empty strings, at most the configured depth (memory.episodic.namespace.max_depth)."""
+    """An ordered list of non-empty strings. A write's (``writes=True``) is at most the configured depth
+    (memory.episodic.namespace.max_depth, which an operator may change at run time); an address to read or delete
+    at most config.MAX_NAMESPACE_DEPTH, the ceiling of that setting, so that records written under a higher setting
+    stay readable and deletable after it is lowered."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, writes: bool = False, **kwargs: Any) -> None:
         kwargs.setdefault("child", _segment_field())
+        self.writes = writes
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> list[str]:
         if not isinstance(data, list):
             raise serializers.ValidationError("must be an array of strings")
         segments = super().to_internal_value(data)
-        max_depth = config.namespace_max_depth()
+        max_depth = config.namespace_max_depth() if self.writes else config.MAX_NAMESPACE_DEPTH
         if len(segments) > max_depth:
             raise serializers.ValidationError(f"depth must be at most {max_depth}")
         return segments
@@ -140,7 +152,7 @@ class TtlSecondsField(StrictIntegerField):
 class MemoryWriteSerializer(StrictSerializer):
     """PUT /v1/memories body. Unknown fields are rejected."""
 
-    namespace = NamespaceField(min_length=1)
+    namespace = NamespaceField(writes=True, min_length=1)
     key = MemoryKeyField()
     value = JsonObjectField()
     index = IndexField(required=False)
@@ -153,7 +165,8 @@ class MemoryWriteSerializer(StrictSerializer):
 
 
 class MemoryAddressSerializer(StrictSerializer):
-    """The query of GET and DELETE: ns repeated once per segment, and key. Unknown fields are rejected."""
+    """The query of GET and DELETE: ns repeated once per segment, and key. Unknown fields are rejected. The depth is
+    not capped by the current setting (only writes are): a record stays reachable when the setting is lowered."""
 
     ns = NamespaceField(min_length=1)
     key = MemoryKeyField()
@@ -164,13 +177,13 @@ def plainly_valid_address(ns: list[str], key: str | None) -> bool:
 
     The serializer costs 80 us per GET (issue 12) to accept what nearly every request sends; False sends the
     request through it, so every refusal keeps the serializer's error body. Its rules: a key, non-empty; one to
-    the configured depth of segments, each non-empty and at most MAX_SEGMENT_CHARS; a key of at most MAX_KEY_BYTES
-    in UTF-8; no NUL or lone surrogate."""
+    config.MAX_NAMESPACE_DEPTH segments, each non-empty and at most MAX_SEGMENT_CHARS; a key of at most
+    MAX_KEY_BYTES in UTF-8; no NUL or lone surrogate."""
     return (
         bool(key)
         and text_problem(key) is None
         and len(key.encode()) <= MAX_KEY_BYTES
-        and 0 < len(ns) <= config.namespace_max_depth()
+        and 0 < len(ns) <= config.MAX_NAMESPACE_DEPTH
         and all(_plainly_valid_segment(segment) for segment in ns)
     )
 

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from apps.core import errors, pagination
 from apps.core.serializers import cursor_parameter, error_responses
-from apps.memories import selectors, semantic, serializers, services
+from apps.memories import config, selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
 # Query schemas as strict as the validation behind them (serializers.MemoryAddressSerializer, _segments): the fuzzer
@@ -20,9 +20,10 @@ from apps.memories.models import EventKind
 _SEGMENTS = {"type": "array", "items": serializers.SEGMENT_SCHEMA}
 _NS_PARAM = OpenApiParameter(
     "ns",
-    serializers.NAMESPACE_SCHEMA,
+    serializers.ADDRESS_NAMESPACE_SCHEMA,
     required=True,
-    description="One per namespace segment, in order (at most the configured namespace depth)",
+    description=f"One per namespace segment, in order (at most {config.MAX_NAMESPACE_DEPTH}, the ceiling of the "
+    "configured namespace depth: records written before the setting was lowered stay reachable)",
 )
 _KEY_PARAM = OpenApiParameter(
     "key", serializers.KEY_SCHEMA, required=True, description=serializers.KEY_SCHEMA["description"]

@@ -16,6 +16,8 @@ from tests.memories.conftest import (
     assert_error,
     assert_validation_error,
     counts,
+    delete,
+    get,
     put_ok,
     search,
     url,
@@ -208,6 +210,43 @@ def test_max_depth_follows_service_settings(bob):
     assert counts() == (2, 2)
 
 
+def test_lowering_max_depth_caps_new_writes_only(bob):
+    # Issue 21.16: records written under a higher setting stay readable, searchable, listable and deletable.
+    deep = ["user", "bob", "a", "b", "c", "d"]
+    ServiceSettings.objects.create(memory_episodic_namespace_max_depth=6)
+    config.clear_cache()
+    put_ok(bob, deep, "old", {"v": 1})
+    ServiceSettings.objects.update(memory_episodic_namespace_max_depth=3)
+    config.clear_cache()
+
+    assert_validation_error(put_body(bob, namespace=deep, key="old"), "namespace")  # an update is a new write
+    response = get(bob, deep, "old")
+    assert response.status_code == 200, response.content
+    assert response.json()["value"] == {"v": 1}
+    assert [item["key"] for item in search(bob, ["user", "bob", "a"]).json()["items"]] == ["old"]
+    assert bob.get(url(NAMESPACES)).json() == {"namespaces": [deep]}
+    assert delete(bob, deep, "old").status_code == 204
+    assert get(bob, deep, "old").status_code == 404
+    assert counts() == (1, 2)
+
+
+def test_addresses_deeper_than_any_setting_allows_are_malformed(bob):
+    too_deep = ["user", "bob", *[f"s{i}" for i in range(config.MAX_NAMESPACE_DEPTH - 1)]]
+    assert_validation_error(get(bob, too_deep, "k"), "ns")
+    assert_validation_error(delete(bob, too_deep, "k"), "ns")
+    assert get(bob, too_deep[:-1], "k").status_code == 404  # at the ceiling: well-formed
+
+
+def test_max_depth_setting_is_bounded_by_the_ceiling(bob, settings):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError):
+        ServiceSettings(memory_episodic_namespace_max_depth=config.MAX_NAMESPACE_DEPTH + 1).full_clean()
+    settings.MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH = 1000
+    config.clear_cache()
+    assert config.namespace_max_depth() == config.MAX_NAMESPACE_DEPTH
+
+
 def test_empty_service_settings_fall_back_to_the_environment_default(bob, settings):
     ServiceSettings.objects.create(memory_episodic_namespace_max_depth=None)
     settings.MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH = 2
@@ -263,7 +302,8 @@ def test_policy_deny_on_write_writes_nothing(bob):
         ({"ns": NS}, "key"),
         ({"ns": NS, "key": ""}, "key"),
         ({"ns": ["user", "", "x"], "key": "k"}, "ns"),
-        ({"ns": ["user", "bob", "a", "b", "c", "d"], "key": "k"}, "ns"),
+        # Deeper than the configured depth (5) is still an address (issue 21.16); deeper than its ceiling is not.
+        ({"ns": ["user", "bob", *"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"], "key": "k"}, "ns"),
         ({"ns": NS, "key": "k" * 1025}, "key"),
         ({"ns": NS, "key": "é" * 513}, "key"),  # 1026 bytes in UTF-8
         ({"ns": NS, "key": "a\x00b"}, "key"),
