@@ -17,8 +17,7 @@ from apps.core.serializers import (
     body_limit_field,
     text_problem,
 )
-from apps.memories import config
-from apps.memories.filters import RFC3339
+from apps.memories import config, filters
 from apps.memories.openapi import DEPTH_MARKER
 
 MAX_SEGMENT_CHARS = 256
@@ -191,12 +190,14 @@ def plainly_valid_address(ns: list[str], key: str | None) -> bool:
 # The filter forms apps.memories.filters.parse_filter takes (D4): per attribute, a scalar (equality) or an object of
 # operators. JSON Schema cannot say "an integer within 64 bits" of a free number, nor that a timestamp's date exists.
 _SCALAR = {"anyOf": [{"type": "string", "pattern": NO_NUL_PATTERN}, {"type": "number"}, {"type": "boolean"}], "nullable": True}
-_RANGE_BOUND = {"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time", "pattern": RFC3339.pattern}]}
+_RANGE_BOUND = {"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time", "pattern": filters.RFC3339.pattern}]}
 FILTER_SCHEMA = {
     "type": "object",
     "description": "Attribute filter: per attribute a scalar (equality) or an object of operators: `in` (a non-empty "
     "array of scalars), `gt`, `gte`, `lt`, `lte` (a number or an RFC 3339 timestamp; several allowed), `eq`; each "
-    "also with a `$` prefix. All conditions must hold.",
+    f"also with a `$` prefix. All conditions must hold. At most {filters.MAX_ATTRIBUTES} attributes of at most "
+    f"{filters.MAX_OPERATORS} operators each, and {filters.MAX_IN_VALUES} `in` values in all.",
+    "maxProperties": filters.MAX_ATTRIBUTES,
     "propertyNames": {"minLength": 1, "pattern": NO_NUL_PATTERN},
     "additionalProperties": {
         "anyOf": [
@@ -204,10 +205,14 @@ FILTER_SCHEMA = {
             {
                 "type": "object",
                 "minProperties": 1,
+                "maxProperties": filters.MAX_OPERATORS,
                 "additionalProperties": False,
                 "properties": {
                     **{name: _SCALAR for name in ("eq", "$eq")},
-                    **{name: {"type": "array", "minItems": 1, "items": _SCALAR} for name in ("in", "$in")},
+                    **{
+                        name: {"type": "array", "minItems": 1, "maxItems": filters.MAX_IN_VALUES, "items": _SCALAR}
+                        for name in ("in", "$in")
+                    },
                     **{name: _RANGE_BOUND for op in ("gt", "gte", "lt", "lte") for name in (op, f"${op}")},
                 },
             },

@@ -198,6 +198,11 @@ def test_merged_equalities_keep_every_condition(first, second, attributes, expec
         ({"a": {"$in": [1, "1"]}}, {"a": 1}, True),
         ({"a": {"in": [2]}}, {"a": "2"}, False),
         ({"a": {"in": [None]}}, {"a": None}, True),
+        ({"a": {"in": [None]}}, {}, False),
+        ({"a": {"in": [9]}}, {"a": 9.0}, True),
+        ({"a": {"in": [True]}}, {"a": 1}, False),
+        ({"a": {"in": ["x"]}}, {"a": ["x"]}, False),
+        ({"a": {"in": list(range(1000))}}, {"a": 999}, True),
         # numbers compare numerically, not as text
         ({"a": {"gt": 9}}, {"a": 10}, True),
         ({"a": {"lt": 10}}, {"a": 9}, True),

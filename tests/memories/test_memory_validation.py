@@ -405,6 +405,39 @@ def test_search_rejects_filters_json_can_spell_but_nothing_can_run(alice, raw_fi
     assert_validation_error(alice.post(SEARCH, body, content_type="application/json"), field)
 
 
+@pytest.mark.parametrize("query", [None, "anything"])
+@pytest.mark.parametrize(
+    "raw_filter",
+    [
+        # Issue 21.7: more bound values than PostgreSQL takes in one statement (65,535) was a 500 ...
+        {"n": {"in": list(range(65_536))}},
+        # ... and 5,000 range clauses with a semantic query took 25-29 s of CPU.
+        {f"a{i}": {"gt": i} for i in range(5_000)},
+        {f"a{i}": 1 for i in range(17)},  # more than 16 attributes
+        {"a": {"gt": 0, "gte": 0, "lt": 9, "lte": 9, "$gt": 1}},  # more than 4 operators on one attribute
+        {"a": {"in": list(range(600))}, "b": {"$in": list(range(401))}},  # 1,001 `in` values in all
+    ],
+)
+def test_search_caps_the_filter(alice, raw_filter, query):
+    body = {"namespace_prefix": [], "filter": raw_filter, **({"query": query} if query else {})}
+    assert_validation_error(alice.post(SEARCH, body, format="json"), "filter")
+
+
+@pytest.mark.parametrize("query", [None, "anything"])
+def test_search_takes_a_filter_at_the_caps(alice, query):
+    put_ok(alice, ["user", "alice"], "k", index={"text": "anything at all"})
+    at_caps = {
+        **{f"a{i}": {"gt": -1, "lt": 10, "$gte": -1, "$lte": 10} for i in range(14)},
+        "namespace": {"in": ["user", *[f"x{i}" for i in range(499)]], "$eq": "user", "gte": "2000-01-01T00:00:00Z"},
+        "sub": {"$in": ["alice", *[f"y{i}" for i in range(499)]], "eq": "alice", "lte": 1, "gt": 0},
+    }  # 16 attributes of 4 operators (64 conditions), 1,000 `in` values
+    assert len(at_caps) == 16
+    body = {"namespace_prefix": [], "filter": at_caps, **({"query": query} if query else {})}
+    response = alice.post(SEARCH, body, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["items"] == []  # no such attributes: nothing matches, nothing fails
+
+
 def test_search_rejects_malformed_json(alice):
     assert_validation_error(alice.post(SEARCH, '{"namespace_prefix": [', content_type="application/json"), "body")
 
