@@ -34,6 +34,7 @@ _ALIASES = {"$eq": "eq", "$in": "in", "$gt": "gt", "$gte": "gte", "$lt": "lt", "
 MAX_ATTRIBUTES = 16  # attribute names
 MAX_OPERATORS = 4  # operators (eq, in, gt, gte, lt, lte and their $ aliases) on one attribute
 MAX_IN_VALUES = 1000  # values of all `in` lists together
+_IN_AS_CONTAINMENT = 16  # an `in` list up to this long is compiled to GIN-indexable containments (see to_sql)
 
 # RFC 3339 date-time (the only strings compared as timestamps); PostgreSQL's own timestamptz input would also
 # accept words such as 'today', which must stay plain strings.
@@ -202,10 +203,15 @@ def to_sql(compiled: CompiledFilter, column: str) -> tuple[str, list[Any]]:
         parts.insert(0, f"{column} @> %s::jsonb")
         params.insert(0, json.dumps(equalities))
     for condition in compiled.conditions:
-        if condition.one_of is not None:
-            # One array parameter, however long the list (PostgreSQL takes at most 65,535 per statement), compared
-            # by jsonb equality, as type-exact as containment for the scalars attributes hold. PostgreSQL hashes an
-            # = ANY over a list of known values, so a row costs one lookup, not one comparison per value.
+        if condition.one_of is not None and len(condition.one_of) <= _IN_AS_CONTAINMENT:
+            # A short list: one containment per value, which the GIN index can answer (a BitmapOr).
+            alternatives = " OR ".join([f"{column} @> %s::jsonb"] * len(condition.one_of))
+            parts.append(f"({alternatives})")
+            params.extend(json.dumps({condition.field: item}) for item in condition.one_of)
+        elif condition.one_of is not None:
+            # A long one: one array parameter, compared by jsonb equality (as type-exact as containment for the
+            # scalars attributes hold). PostgreSQL hashes an = ANY over known values, so a row costs one lookup,
+            # not one comparison per value, and the statement one parameter, not one per value.
             parts.append(f"({column} -> %s) = ANY(%s::jsonb[])")
             params.extend([condition.field, [json.dumps(item) for item in condition.one_of]])
         numeric_guarded = False

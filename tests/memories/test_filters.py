@@ -203,6 +203,12 @@ def test_merged_equalities_keep_every_condition(first, second, attributes, expec
         ({"a": {"in": [True]}}, {"a": 1}, False),
         ({"a": {"in": ["x"]}}, {"a": ["x"]}, False),
         ({"a": {"in": list(range(1000))}}, {"a": 999}, True),
+        ({"a": {"in": list(range(1000))}}, {"a": 999.0}, True),
+        ({"a": {"in": list(range(1000))}}, {"a": "999"}, False),
+        ({"a": {"in": [True, *range(100)]}}, {"a": 1}, True),
+        ({"a": {"in": [True, *range(2, 100)]}}, {"a": 1}, False),
+        ({"a": {"in": [None, *range(100)]}}, {}, False),
+        ({"a": {"in": [None, *range(100)]}}, {"a": None}, True),
         # numbers compare numerically, not as text
         ({"a": {"gt": 9}}, {"a": 10}, True),
         ({"a": {"lt": 10}}, {"a": 9}, True),
