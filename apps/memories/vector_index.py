@@ -1,10 +1,10 @@
 """The pgvector side of semantic search: the HNSW index per embedding dimension (apps.core.vectors, shared with
 conversation search), and the filtered ANN query.
 
-``memory_vectors.embedding`` is an untyped ``vector`` so one table serves any provider; the HNSW index is an
-partial expression index on ``embedding::vector(<dimension>)`` (rows of that dimension only), created for
-the configured provider on first use (or by
-``reindex_memories``), and queries use the same expression so the planner can take it.
+``memory_vectors.embedding`` is an untyped ``vector`` so one table serves any provider; the HNSW index is a
+partial expression index on ``embedding::vector(<dimension>)`` (rows of that dimension only), created for the
+configured provider by ``manage.py migrate`` (apps.memories.apps, after every migrate) and by ``reindex_memories``,
+never on the request path; queries use the same expression so the planner can take it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 
 from apps.core import vectors
 from apps.core.embeddings import EmbeddingProvider
@@ -35,13 +35,21 @@ def index_name(dimension: int) -> str:
     return f"memory_vectors_hnsw_{dimension}"
 
 
-def ensure_index(dimension: int) -> None:
-    """Create the HNSW cosine index for ``dimension`` once per process (idempotent across processes)."""
-    vectors.ensure_hnsw_index("memory_vectors", index_name(int(dimension)), dimension)
+TABLE = "memory_vectors"
 
 
-def forget_ensured() -> None:
-    vectors.forget_ensured()
+def create_index(dimension: int, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Create the HNSW cosine index for ``dimension`` unless it exists (DDL: migrate and management commands only)."""
+    vectors.create_hnsw_index(TABLE, index_name(int(dimension)), int(dimension), using=using)
+
+
+def check_index(dimension: int) -> bool:
+    """Whether the index for ``dimension`` exists (logged when not); never creates it."""
+    return vectors.check_hnsw_index(index_name(int(dimension)))
+
+
+# The indexer's name for check_index (apps.memories.indexer calls it each cycle).
+ensure_index = check_index
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,7 @@ def nearest_memories(
       request widens until ``count`` memories are found or the scope is exhausted.
     """
     dimension = int(provider.dimension)
-    ensure_index(dimension)
+    check_index(dimension)
     prefix_sql, prefix_params = filters.namespace_prefix_sql(namespace_prefix, "v.namespace")
     filter_sql, filter_params = filters.to_sql(attribute_filter, "v.attributes")
     scope_sql = (
@@ -81,7 +89,7 @@ def nearest_memories(
     vector_literal = vectors.vector_literal(query_vector)
     # The scope-size probe is bounded and cached briefly (apps.core.vectors.ScopeSizes): a user's scope repeats
     # from search to search, and a stale size only picks the other plan, both of which return correct results.
-    if _scope_sizes.exact(f"FROM memory_vectors v WHERE {scope_sql}", scope_params):
+    if _scope_sizes.exact(f"FROM {TABLE} v WHERE {scope_sql}", scope_params):
         return _exact(dimension, vector_literal, scope_sql, scope_params, count)
     return _approximate(dimension, vector_literal, scope_sql, scope_params, count)
 
@@ -114,7 +122,7 @@ def _exact(dimension: int, vector_literal: str, scope_sql: str, scope_params: li
             f"""
             WITH candidates AS MATERIALIZED (
                 SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
-                FROM memory_vectors v WHERE {scope_sql}
+                FROM {TABLE} v WHERE {scope_sql}
             )
             SELECT r.memory_id, r.best FROM (
                 SELECT memory_id, min(distance) AS best FROM candidates WHERE distance < 'NaN'::float8
@@ -144,7 +152,7 @@ def _approximate(
                 f"""
                 WITH candidates AS MATERIALIZED (
                     SELECT v.memory_id, v.embedding::vector({dimension}) <=> %s::vector({dimension}) AS distance
-                    FROM memory_vectors v WHERE {scope_sql} AND {_LIVE.format(memory_id="v.memory_id")}
+                    FROM {TABLE} v WHERE {scope_sql} AND {_LIVE.format(memory_id="v.memory_id")}
                     ORDER BY distance
                     LIMIT %s
                 )
