@@ -324,4 +324,4 @@ class MemoryEventItem(serializers.Serializer):
 
 class MemoryEventsResponse(serializers.Serializer):
     events = MemoryEventItem(many=True)
-    after_cursor = serializers.CharField(allow_null=True)
+    after_cursor = serializers.CharField(help_text="Never null: pass it back to continue, even after an empty page")

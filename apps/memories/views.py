@@ -213,8 +213,11 @@ class MemoryEventsView(APIView):
     @extend_schema(
         tags=["memories"],
         summary="Memory event timeline",
-        description="Events in commit order. `after_cursor` in the response points after the last event returned "
-        "(or echoes the request's when nothing new), so a client can keep polling. Scoped like reads.",
+        description="Events in timeline order: each address's events in the order its writes happened, and an "
+        "event after every event whose write had finished before its own began. `after_cursor` in the response is "
+        "never null: it points after the last event returned, or, on an empty page, at the end of the timeline as "
+        "read, so a client keeps polling with it and never misses an event that commits later (an event becomes "
+        "readable once every write that began before it has finished: milliseconds). Scoped like reads.",
         parameters=[
             OpenApiParameter("ns", _SEGMENTS, description="Namespace prefix, one per segment"),
             OpenApiParameter(
