@@ -26,6 +26,7 @@ from apps.core.serializers import (
     StrictChoiceField,
     StrictSerializer,
     StrictUUIDField,
+    body_limit_field,
     json_value_problem,
 )
 from apps.sharing.access import AccessLevel
@@ -413,26 +414,6 @@ class AdminConversationPage(serializers.Serializer):
 SEARCH_TYPES = ("auto", "fulltext", "semantic")
 
 
-def search_limit_field(endpoint: str) -> type[serializers.JSONField]:
-    from apps.core.pagination import LIMITS
-
-    bounds = LIMITS[endpoint]
-
-    @extend_schema_field(
-        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
-    )
-    class SearchLimitField(serializers.JSONField):
-        """A JSON integer (no "5"); its bounds are checked by apps.core.pagination.parse_limit, the one place
-        limits are checked."""
-
-        def to_internal_value(self, data: Any) -> Any:
-            if data is not None and (isinstance(data, bool) or not isinstance(data, int)):
-                raise serializers.ValidationError(
-                    f"must be an integer between {bounds.minimum} and {bounds.maximum}"
-                )
-            return data
-
-    return SearchLimitField
 
 
 @extend_schema_field(
@@ -458,7 +439,7 @@ class SearchSerializer(StrictSerializer):
         help_text="Words to find (not blank). Full-text: websearch syntax (\"quoted phrase\", or, -word); the last bare word "
         "also matches as a prefix. Semantic: embedded as a whole.",
     )
-    limit = search_limit_field("conversation_search")(required=False)
+    limit = body_limit_field("conversation_search")(required=False)
     afterCursor = CursorField(required=False, allow_null=True)
     searchType = StrictChoiceField(
         choices=SEARCH_TYPES,
@@ -469,7 +450,7 @@ class SearchSerializer(StrictSerializer):
 
 
 class AdminSearchSerializer(SearchSerializer):
-    limit = search_limit_field("admin_conversation_search")(required=False)
+    limit = body_limit_field("admin_conversation_search")(required=False)
 
 
 class IndexItemSerializer(StrictSerializer):

@@ -292,3 +292,21 @@ def cursor_parameter(name: str = "afterCursor") -> OpenApiParameter:
     return OpenApiParameter(
         name, CURSOR_SCHEMA, description="The previous page's cursor (opaque; absent or empty: the first page)"
     )
+
+
+def body_limit_field(endpoint: str) -> type[serializers.JSONField]:
+    """The ``limit`` of a JSON request body: a JSON integer (``"5"`` is a 400: body types are strict, unlike a query
+    string's, where every value is text). Its bounds are checked by apps.core.pagination.parse_limit, the one place
+    limits are checked; the schema states both."""
+    bounds = LIMITS[endpoint]
+
+    @extend_schema_field(
+        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
+    )
+    class BodyLimitField(serializers.JSONField):
+        def to_internal_value(self, data: Any) -> Any:
+            if data is not None and (isinstance(data, bool) or not isinstance(data, int)):
+                raise serializers.ValidationError(f"must be an integer between {bounds.minimum} and {bounds.maximum}")
+            return data
+
+    return BodyLimitField
