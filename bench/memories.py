@@ -221,11 +221,13 @@ class Floor:
         sql, params = selectors.namespaces_query(scope, [], max_depth)
         return h.execute_bound(conn, sql, params).fetchall()
 
-    def events(self, conn: Any, scope: Any, after_seq: int, limit: int = 50) -> list[Any]:
+    def events(self, conn: Any, scope: Any, after: tuple[int, int], limit: int = 50) -> list[Any]:
         from apps.memories import selectors
 
-        # The service's own page statement, run through psycopg alone, bound as the service binds it.
-        sql, params = selectors.events_query(scope, after_seq=after_seq, limit=limit)
+        # The service's own statements (the horizon, then the page), run through psycopg alone, bound as the
+        # service binds them.
+        horizon = selectors.Horizon(*h.execute_bound(conn, selectors.HORIZON_SQL, []).fetchone())
+        sql, params = selectors.events_query(scope, horizon=horizon, after_position=after, limit=limit)
         return h.execute_bound(conn, sql, params).fetchall()
 
 
@@ -333,7 +335,6 @@ class Bench:
 def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
     """Run each operation once through the service's own code (in this process, captured) and once through the
     floor (traced), on a scratch user, and compare statement by statement. Returns the differences."""
-    from apps.core import pagination
     from apps.core.auth.principal import Principal
     from apps.memories import selectors, services
 
@@ -346,7 +347,7 @@ def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
     conn = h.floor_connection(database_url, h.tracing_cursor_class(traced))
     parity_floor = Floor({"namespace": "user", "sub": user})
     scope = selectors.scope_for(principal, ["user", user], None)
-    cursor = pagination.encode_cursor(selectors.EVENTS_CURSOR, 0, uuid.uuid4())
+    cursor = selectors.encode_event_cursor((0, 0))
     checks: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
         ("PUT add", lambda: services.put_memory(principal, namespace=item.namespace, key=item.key, value={"a": 1}),
          lambda: parity_floor.put(conn, floor_item, 64)),
@@ -360,7 +361,7 @@ def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
         (("namespaces", "events page"), lambda: selectors.list_namespaces(principal, prefix=[], suffix=[], max_depth=3),
          lambda: parity_floor.namespaces(conn, scope, 3)),
         ("events", lambda: selectors.list_events(principal, selectors.EventQuery([], None, None, None, cursor, 50)),
-         lambda: parity_floor.events(conn, scope, 0)),
+         lambda: parity_floor.events(conn, scope, (0, 0))),
         (("DELETE",), lambda: services.delete_memory(principal, namespace=item.namespace, key=item.key),
          lambda: parity_floor.delete(conn, floor_item)),
     ]
@@ -433,7 +434,6 @@ def settle(database_url: str, after: str) -> None:
 
 def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: list[Item]) -> None:
     args, floor = bench.args, bench.floor
-    from apps.core import pagination
     from apps.memories import selectors
 
     rng = random.Random(args.seed + 1)
@@ -489,11 +489,11 @@ def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: l
     with h.floor_connection(bench.database_url) as conn:
         total = conn.execute("SELECT count(*) FROM memory_events WHERE namespace[1:2] = %s::text[]", [ROOT]).fetchone()
         middle = conn.execute(
-            "SELECT seq, id FROM memory_events WHERE namespace[1:2] = %s::text[] ORDER BY seq OFFSET %s LIMIT 1",
+            "SELECT tx, seq FROM memory_events WHERE namespace[1:2] = %s::text[] ORDER BY tx, seq OFFSET %s LIMIT 1",
             [ROOT, total[0] // 2],
         ).fetchone()
-        floor_events = [str(row[1]) for row in floor.events(conn, scope, middle[0])]
-    cursor = pagination.encode_cursor(selectors.EVENTS_CURSOR, middle[0], middle[1])
+        floor_events = [str(row[2]) for row in floor.events(conn, scope, middle)]
+    cursor = selectors.encode_event_cursor(middle)
     events_path = f"/v1/memories/events?{urllib.parse.urlencode({'limit': 50, 'after_cursor': cursor})}"
     session = bench.session()
     http_events = [event["id"] for event in session.json("GET", events_path)["events"]]
@@ -504,7 +504,7 @@ def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: l
         bench.run(
             "events page", concurrency, requests,
             lambda s, i: s.request("GET", events_path),
-            lambda c, i: floor.events(c, scope, middle[0]),
+            lambda c, i: floor.events(c, scope, middle),
         )
 
     # PUT (update): new values for existing keys (HTTP: the data set; floor: its own earlier adds).

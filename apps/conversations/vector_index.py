@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 
 from apps.core import vectors
 from apps.core.embeddings import EmbeddingProvider
@@ -31,8 +31,19 @@ def index_name(dimension: int) -> str:
     return f"conv_entry_vectors_hnsw_{int(dimension)}"
 
 
-def ensure_index(dimension: int) -> None:
-    vectors.ensure_hnsw_index(TABLE, index_name(dimension), dimension)
+def create_index(dimension: int, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Create the HNSW cosine index for ``dimension`` unless it exists (DDL: ``manage.py migrate`` runs it for the
+    configured provider, apps.conversations.apps; never the request path)."""
+    vectors.create_hnsw_index(TABLE, index_name(dimension), int(dimension), using=using)
+
+
+def check_index(dimension: int) -> bool:
+    """Whether the index for ``dimension`` exists (logged when not); never creates it."""
+    return vectors.check_hnsw_index(index_name(dimension))
+
+
+# The indexer's name for check_index (apps.conversations.indexer calls it each cycle).
+ensure_index = check_index
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,7 @@ def nearest_conversations(
     ordered by (distance, conversation id). Vectors at cosine distance 1 or more (orthogonal or opposite to the
     query: similarity 0) are no match."""
     dimension = int(provider.dimension)
-    ensure_index(dimension)
+    check_index(dimension)
     model = vectors.model_tag(provider)
     literal = vectors.vector_literal(query_vector)
     scope_sql, scope_params = _scope(user_id, dimension, model)

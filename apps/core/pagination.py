@@ -138,7 +138,8 @@ _POSITIONS: dict[type, Callable[[Any], Any]] = {datetime: _timestamp, float: _sc
 
 
 def encode_cursor(tag: str, position: Any, item_id: Any) -> str:
-    """The cursor continuing after the item ``item_id`` (a UUID) at ``position`` of the list ``tag``."""
+    """The cursor continuing after the item ``item_id`` (a UUID, or a sequence number where that is what tells a
+    list's items apart) at ``position`` of the list ``tag``."""
     if isinstance(position, datetime):
         position = position.isoformat()
     raw = json.dumps([position, str(item_id), tag], separators=(",", ":")).encode()
@@ -148,10 +149,24 @@ def encode_cursor(tag: str, position: Any, item_id: Any) -> str:
     return cursor
 
 
-def decode_cursor(cursor: str, tag: str, kind: type = datetime, field: str = "afterCursor") -> tuple[Any, uuid.UUID]:
+def _sequence_id(value: str) -> int:
+    if not _SEQUENCE_ID.fullmatch(value):
+        raise ValueError("not a sequence number")
+    return int(value)
+
+
+_SEQUENCE_ID = re.compile("[0-9]{1,19}")
+# The item id kinds a cursor can carry (encode_cursor writes either as text).
+_IDS: dict[type, Callable[[str], Any]] = {uuid.UUID: uuid.UUID, int: _sequence_id}
+
+
+def decode_cursor(
+    cursor: str, tag: str, kind: type = datetime, field: str = "afterCursor", id_kind: type = uuid.UUID
+) -> tuple[Any, Any]:
     """(position, item id) of a cursor made by ``encode_cursor(tag, <position>, id)``. Anything else (over-long,
     not base64url, not UTF-8 JSON, nested, another list's tag, a position not of ``kind``: a ``datetime`` with its
-    zone, a finite ``float`` or an ``int``) is a 400 naming ``field``."""
+    zone, a finite ``float`` or an ``int``; an id not of ``id_kind``: a UUID or a non-negative ``int``) is a 400
+    naming ``field``."""
     malformed = errors.validation_error({field: "malformed cursor"})
     if len(cursor) > MAX_CURSOR_CHARS or not _CURSOR_TEXT.fullmatch(cursor):
         raise malformed
@@ -163,7 +178,7 @@ def decode_cursor(cursor: str, tag: str, kind: type = datetime, field: str = "af
         value = json.loads(raw.decode("utf-8"))
         if not (isinstance(value, list) and len(value) == 3 and value[2] == tag and isinstance(value[1], str)):
             raise malformed
-        return _POSITIONS[kind](value[0]), uuid.UUID(value[1])
+        return _POSITIONS[kind](value[0]), _IDS[id_kind](value[1])
     except (ValueError, TypeError, OverflowError, binascii.Error):  # UnicodeError and JSONDecodeError included
         raise malformed from None
 

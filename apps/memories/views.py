@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from apps.core import errors, pagination
 from apps.core.requests import validated
 from apps.core.serializers import cursor_parameter, error_responses
-from apps.memories import selectors, semantic, serializers, services
+from apps.memories import config, selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
 # Query schemas as strict as the validation behind them (serializers.MemoryAddressSerializer, _segments): the fuzzer
@@ -21,9 +21,10 @@ from apps.memories.models import EventKind
 _SEGMENTS = {"type": "array", "items": serializers.SEGMENT_SCHEMA}
 _NS_PARAM = OpenApiParameter(
     "ns",
-    serializers.NAMESPACE_SCHEMA,
+    serializers.ADDRESS_NAMESPACE_SCHEMA,
     required=True,
-    description="One per namespace segment, in order (at most the configured namespace depth)",
+    description=f"One per namespace segment, in order (at most {config.MAX_NAMESPACE_DEPTH}, the ceiling of the "
+    "configured namespace depth: records written before the setting was lowered stay reachable)",
 )
 _KEY_PARAM = OpenApiParameter(
     "key", serializers.KEY_SCHEMA, required=True, description=serializers.KEY_SCHEMA["description"]
@@ -207,8 +208,11 @@ class MemoryEventsView(APIView):
     @extend_schema(
         tags=["memories"],
         summary="Memory event timeline",
-        description="Events in commit order. `after_cursor` in the response points after the last event returned "
-        "(or echoes the request's when nothing new), so a client can keep polling. Scoped like reads.",
+        description="Events in timeline order: each address's events in the order its writes happened, and an "
+        "event after every event whose write had finished before its own began. `after_cursor` in the response is "
+        "never null: it points after the last event returned, or, on an empty page, at the end of the timeline as "
+        "read, so a client keeps polling with it and never misses an event that commits later (an event becomes "
+        "readable once every write that began before it has finished: milliseconds). Scoped like reads.",
         parameters=[
             OpenApiParameter("ns", _SEGMENTS, description="Namespace prefix, one per segment"),
             OpenApiParameter(
