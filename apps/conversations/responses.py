@@ -11,12 +11,17 @@ from apps.sharing.access import AccessLevel
 LEVELS = [level.value for level in AccessLevel]
 
 
-class ConversationListItem(serializers.Serializer):
+# The fields every view of a conversation shows. (No docstring: drf-spectacular would give it to every component
+# below as its description.)
+class _Conversation(serializers.Serializer):
     id = serializers.UUIDField()
     title = serializers.CharField()
     ownerUserId = serializers.CharField()
     createdAt = serializers.DateTimeField()
     updatedAt = serializers.DateTimeField()
+
+
+class ConversationListItem(_Conversation):
     accessLevel = serializers.ChoiceField(choices=LEVELS, help_text="The caller's level")
 
 
@@ -44,12 +49,7 @@ class ForkItem(serializers.Serializer):
     createdAt = serializers.DateTimeField()
 
 
-class AdminConversation(serializers.Serializer):
-    id = serializers.UUIDField()
-    title = serializers.CharField()
-    ownerUserId = serializers.CharField()
-    createdAt = serializers.DateTimeField()
-    updatedAt = serializers.DateTimeField()
+class AdminConversation(_Conversation):
     metadata = serializers.DictField()
     forkedAtConversationId = serializers.UUIDField(allow_null=True)
     forkedAtEntryId = serializers.UUIDField(allow_null=True)
