@@ -12,8 +12,8 @@ from rest_framework.views import APIView
 
 from apps.core import errors, pagination
 from apps.core.requests import validated
-from apps.core.serializers import cursor_parameter, error_responses
-from apps.memories import config, selectors, semantic, serializers, services
+from apps.core.serializers import cursor_parameter, error_responses, limit_parameter
+from apps.memories import config, responses, selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
 # Query schemas as strict as the validation behind them (serializers.MemoryAddressSerializer, _segments): the fuzzer
@@ -51,7 +51,7 @@ class MemoriesView(APIView):
         "field (up to 256 fields, 256 KiB of text in all) is embedded, a field longer than the model's input window "
         "as overlapping chunks covering all of it.",
         request=serializers.MemoryWriteSerializer,
-        responses={200: serializers.MemoryWriteResponse, **error_responses(400, 401, 403, 413)},
+        responses={200: responses.MemoryWriteResponse, **error_responses(400, 401, 403, 413)},
     )
     def put(self, request: Request) -> Response:
         data = validated(serializers.MemoryWriteSerializer, request.data)
@@ -69,7 +69,7 @@ class MemoriesView(APIView):
         tags=["memories"],
         summary="Read one memory",
         parameters=[_NS_PARAM, _KEY_PARAM],
-        responses={200: serializers.MemoryResponse, **error_responses(400, 401, 403, 404)},
+        responses={200: responses.MemoryResponse, **error_responses(400, 401, 403, 404)},
     )
     def get(self, request: Request) -> Response:
         namespace, key = _address(request)
@@ -97,7 +97,7 @@ class MemorySearchView(APIView):
         "scores by its best index field, or best chunk of a long field, and appears once). The "
         "filter policy narrows `namespace_prefix` and adds its attribute filter.",
         request=serializers.MemorySearchSerializer,
-        responses={200: serializers.MemorySearchResponse, **error_responses(400, 401, 503)},
+        responses={200: responses.MemorySearchResponse, **error_responses(400, 401, 503)},
     )
     def post(self, request: Request) -> Response:
         data = serializers.plainly_valid_search(request.data)
@@ -167,7 +167,7 @@ class NamespacesView(APIView):
             OpenApiParameter("suffix", _SEGMENTS, description="One per segment, in order"),
             OpenApiParameter("max_depth", {"type": "integer", "minimum": 1}, description=">= 1"),
         ],
-        responses={200: serializers.NamespacesResponse, **error_responses(400, 401)},
+        responses={200: responses.NamespacesResponse, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         namespaces = selectors.list_namespaces(
@@ -223,9 +223,9 @@ class MemoryEventsView(APIView):
             OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
             OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
             cursor_parameter("after_cursor"),
-            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": 200}, description="1..200, default 50"),
+            limit_parameter("memory_events"),
         ],
-        responses={200: serializers.MemoryEventsResponse, **error_responses(400, 401)},
+        responses={200: responses.MemoryEventsResponse, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         query = selectors.EventQuery(
