@@ -19,11 +19,11 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     PendingWrite,
-    SerializerProtocol,
     get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from memory_service import _operations as ops
 from memory_service._flow import Clients, Flow, arun, run
@@ -39,6 +39,12 @@ CONTENT_TYPE = "langgraph-checkpoint"
 ENTRIES_PAGE = 200  # the service's maximum page of entries
 DEFAULT_MAX_ENTRY_BYTES = 200_000  # under the service's 256 KiB per entry (CONVERSATION_ENTRY_MAX_CONTENT_BYTES)
 MAX_ITEMS_PER_ENTRY = 1000  # the service's CONVERSATION_ENTRY_MAX_ITEMS
+
+# Inside the saver, `list` is its method: signatures there use these names for the builtin's types.
+Records = list[dict[str, Any]]
+Tuples = list[CheckpointTuple]
+ThreadIds = list[str]
+Entries = list[Entry]
 
 
 class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
@@ -273,7 +279,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
     def _list_thread(
         self, thread_id: str, config: RunnableConfig | None, filter: dict[str, Any] | None,
         before: RunnableConfig | None, limit: int | None,
-    ) -> Flow[list[CheckpointTuple]]:
+    ) -> Flow[Tuples]:
         log = yield from self._read(thread_id)
         if log is None:
             return []
@@ -316,7 +322,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
         yield from self._append(str(target_thread_id), records)
         return None
 
-    def _all_thread_ids(self) -> Flow[list[str]]:
+    def _all_thread_ids(self) -> Flow[ThreadIds]:
         """Every conversation the caller can see that holds this client's checkpoints (for ``list(None)``)."""
         cursor = None
         conversation_ids: list[str] = []
@@ -328,7 +334,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
             cursor = page.after_cursor
         return conversation_ids
 
-    def _thread_ids(self, config: RunnableConfig | None, drive: Any) -> list[str]:
+    def _thread_ids(self, config: RunnableConfig | None, drive: Any) -> ThreadIds:
         if config is not None:
             return [str(config["configurable"]["thread_id"])]
         ids: list[str] = drive(self._all_thread_ids())
@@ -336,7 +342,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
 
     # --- Reading and writing the log ------------------------------------------------------------------------------
 
-    def _entries(self, thread_id: str) -> Flow[list[Entry] | None]:
+    def _entries(self, thread_id: str) -> Flow[Entries | None]:
         """Every context entry of the thread's conversation, oldest first, every page; None: no such thread."""
         conversation_id = conversation_id_for(thread_id)
         entries: list[Entry] = []
@@ -360,7 +366,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
             return None
         return _Log.build(_records(entries))
 
-    def _append(self, thread_id: str, records: list[dict[str, Any]]) -> Flow[None]:
+    def _append(self, thread_id: str, records: Records) -> Flow[None]:
         conversation_id = conversation_id_for(thread_id)
         for content in _pack(records, self._max_entry_bytes):
             try:
