@@ -4,7 +4,9 @@ history entries, other clients' entries read as human/AI messages, and the histo
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
@@ -85,3 +87,22 @@ def test_members_share_the_history(live_service: LiveService) -> None:
     with Client(live_service.base_url, token=user_token(live_service, "bob")) as client:
         client.add_membership(session, "charlie", "reader")
     assert make_history(live_service, session, "charlie").messages == [HumanMessage("shared plan")]
+
+
+def test_32_concurrent_writers_to_one_history(live_service: LiveService) -> None:
+    """32 histories on one new session append at once: the conversation is created once and no message is lost;
+    each writer's two messages stay in its order."""
+    session = f"busy {uuid.uuid4()}"
+    barrier = threading.Barrier(32, timeout=60)
+
+    def writer(index: int) -> None:
+        history = make_history(live_service, session)
+        barrier.wait()
+        history.add_messages([HumanMessage(f"q{index}"), AIMessage(f"a{index}")])
+        history.close()
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        list(pool.map(writer, range(32)))
+    texts = [message.text for message in make_history(live_service, session).messages]
+    assert sorted(texts) == sorted([f"q{i}" for i in range(32)] + [f"a{i}" for i in range(32)])
+    assert all(texts.index(f"q{i}") < texts.index(f"a{i}") for i in range(32))

@@ -58,28 +58,28 @@ def test_the_langgraph_checkpoint_conformance_suite_passes(live_service: LiveSer
     assert detected == {"put", "put_writes", "get_tuple", "list", "delete_thread", "copy_thread"}
 
 
-def put_chain(saver: MemoryServiceCheckpointSaver, thread_id: str, steps: int) -> list[dict]:
-    """``steps`` checkpoints as a graph makes them: each one changes channel ``count`` (the others keep their blob
-    from the first checkpoint) and points at the previous one."""
-    stored, parent = [], None
-    versions: dict[str, str] = {}
-    for step in range(steps):
+def put_chain(saver: MemoryServiceCheckpointSaver, thread_id: str, steps: int, after: list[dict] | None = None) -> list[dict]:
+    """``steps`` checkpoints as a graph makes them (continuing the chain ``after``): each one changes channel
+    ``count`` (the others keep the blobs of the first checkpoint) and points at the previous one."""
+    stored = list(after or [])
+    parent = stored[-1] if stored else None
+    for step in range(len(stored), len(stored) + steps):
         changed = {"count": step} if step else {"count": 0, "fixed": "set once", "notes": ["a", "b"]}
-        for channel in changed:
-            versions[channel] = saver.get_next_version(versions.get(channel), None)
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"count": step, "fixed": "set once", "notes": ["a", "b"]}
-        checkpoint["channel_versions"] = dict(versions)
+        checkpoint["channel_versions"] = {"count": f"{step + 1:032}.0", "fixed": f"{1:032}.0", "notes": f"{1:032}.0"}
         config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         if parent:
             config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-        parent = saver.put(config, checkpoint, {"source": "loop", "step": step}, {c: versions[c] for c in changed})
+        parent = saver.put(config, checkpoint, {"source": "loop", "step": step},
+                           {c: checkpoint["channel_versions"][c] for c in changed})
         stored.append(parent)
     return stored
 
 
-def put_writes_concurrently(saver: MemoryServiceCheckpointSaver, stored: list[dict], tasks: int) -> None:
-    """``tasks`` put_writes per checkpoint, all at once (their order does not matter; it saves the test time)."""
+def put_writes_concurrently(saver: MemoryServiceCheckpointSaver, stored: list[dict], tasks: int, first: int = 0) -> None:
+    """``tasks`` put_writes per checkpoint from ``stored[first]`` on, all at once (their order does not matter; it
+    saves the test time)."""
 
     async def scenario() -> None:
         gate = asyncio.Semaphore(16)
@@ -89,7 +89,7 @@ def put_writes_concurrently(saver: MemoryServiceCheckpointSaver, stored: list[di
                 await saver.aput_writes(stored[step], [("count", step + 1), ("log", f"step {step}")],
                                         f"task-{step}-{task}")
 
-        await asyncio.gather(*(one(step, task) for step in range(len(stored)) for task in range(tasks)))
+        await asyncio.gather(*(one(step, task) for step in range(first, len(stored)) for task in range(tasks)))
         await saver.aclose()
 
     asyncio.run(scenario())
@@ -97,11 +97,13 @@ def put_writes_concurrently(saver: MemoryServiceCheckpointSaver, stored: list[di
 
 def test_a_long_thread_is_read_to_its_last_page(live_service: LiveService) -> None:
     """150 checkpoints with two put_writes each: 450 context entries, three pages of the service's 200. The latest
-    checkpoint, its blobs (one written by the first checkpoint, on page 1) and its writes (on page 3) all come back;
-    reading only the first page (the upstream saver's bug) would resume from step 66."""
+    checkpoint (on page 2), its blobs (two written by the first checkpoint, on page 1) and its writes (on page 3)
+    all come back; reading only the first page (the upstream saver's bug) would resume from step 74."""
     with make_saver(live_service) as saver:
-        stored = put_chain(saver, "long thread", 150)
-        put_writes_concurrently(saver, stored, 2)
+        first_half = put_chain(saver, "long thread", 75)
+        put_writes_concurrently(saver, first_half, 2)
+        stored = put_chain(saver, "long thread", 75, after=first_half)
+        put_writes_concurrently(saver, stored, 2, first=75)
         latest = saver.get_tuple({"configurable": {"thread_id": "long thread", "checkpoint_ns": ""}})
         assert latest is not None
         assert latest.config["configurable"]["checkpoint_id"] == stored[-1]["configurable"]["checkpoint_id"]

@@ -9,6 +9,8 @@ receives its answer (or has the call's exception thrown into it); :func:`run` dr
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Generator
 from typing import Any, TypeVar
 
@@ -70,37 +72,34 @@ class Clients:
         self._base_url = base_url or (client.base_url if client else async_client.base_url)  # type: ignore[union-attr]
         self._kwargs = client_kwargs
         self._made_sync = False
-        self._made_async: dict[int, AsyncClient] = {}
+        self._made_async: tuple[object, AsyncClient] | None = None  # (its event loop, the client)
+        self._lock = threading.Lock()
 
     @property
     def sync(self) -> Client:
-        if self._client is None:
-            self._client = Client(self._base_url, **self._kwargs)
-            self._made_sync = True
-        return self._client
+        with self._lock:  # first calls from several threads make one client
+            if self._client is None:
+                self._client = Client(self._base_url, **self._kwargs)
+                self._made_sync = True
+            return self._client
 
     @property
     def async_(self) -> AsyncClient:
         if self._async_client is not None:
             return self._async_client
-        import asyncio
-
-        loop = id(asyncio.get_running_loop())
-        made = self._made_async.get(loop)
-        if made is None:
-            # Clients of loops that have ended cannot be closed any more; dropping them releases their sockets.
-            self._made_async = {loop: AsyncClient(self._base_url, **self._kwargs)}
-            made = self._made_async[loop]
-        return made
+        loop = asyncio.get_running_loop()
+        if self._made_async is None or self._made_async[0] is not loop:
+            # A client of a loop that has ended cannot be closed any more; dropping it releases its sockets.
+            self._made_async = (loop, AsyncClient(self._base_url, **self._kwargs))
+        return self._made_async[1]
 
     def close(self) -> None:
-        if self._made_sync and self._client is not None:
-            self._client.close()
-            self._client, self._made_sync = None, False
+        with self._lock:
+            if self._made_sync and self._client is not None:
+                self._client.close()
+                self._client, self._made_sync = None, False
 
     async def aclose(self) -> None:
-        import asyncio
-
-        made = self._made_async.pop(id(asyncio.get_running_loop()), None)
-        if made is not None:
+        if self._made_async is not None and self._made_async[0] is asyncio.get_running_loop():
+            made, self._made_async = self._made_async[1], None
             await made.aclose()
