@@ -21,9 +21,16 @@ from langgraph.checkpoint.base import (
     PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
-    writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+
+try:
+    from langgraph.checkpoint.base import writes_sort_key
+except ImportError:  # an older langgraph-checkpoint without it: the same order, spelled out
+
+    def writes_sort_key(task_path: str, task_id: str = "", idx: int = 0) -> tuple[str, str, int]:
+        return (task_path, task_id, idx)
+
 
 from memory_service import _operations as ops
 from memory_service._flow import Clients, Flow, arun, run
