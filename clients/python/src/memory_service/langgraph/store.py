@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypedDict
@@ -116,14 +117,16 @@ class MemoryServiceStore(BaseStore):
             raise ValueError("max_concurrency must be at least 1")
         self._max_concurrency = max_concurrency
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     # --- Life cycle -----------------------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Release the threads and the connections this store made (not a client it was given)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self._clients.close()
 
     async def aclose(self) -> None:
@@ -154,9 +157,11 @@ class MemoryServiceStore(BaseStore):
                 for index, flow in flows:
                     results[index] = run(client, flow)
                 continue
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._max_concurrency, thread_name_prefix="memory-service-store")
-            futures = [(index, self._pool.submit(run, client, flow)) for index, flow in flows]
+            with self._pool_lock:  # batches from several threads share one pool
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._max_concurrency, thread_name_prefix="memory-service-store")
+                pool = self._pool
+            futures = [(index, pool.submit(run, client, flow)) for index, flow in flows]
             for index, future in futures:
                 results[index] = future.result()
         return results
