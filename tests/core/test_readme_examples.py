@@ -56,12 +56,17 @@ def test_the_readme_try_it_block_runs(live_service: LiveService) -> None:
     assert "stream 200" in out  # the event stream opened (and stayed open until --max-time)
 
 
-def python_block() -> str:
+def python_blocks() -> list[str]:
     text = README.read_text()
     section = text[text.index("## From Python"):]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the From Python section has no python block"
-    return match.group(1)
+    section = section[: section.index("\n## ", 1)]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "the From Python and LangGraph section has a client block and a LangGraph block"
+    return blocks
+
+
+def python_block() -> str:
+    return python_blocks()[0]
 
 
 def test_the_readme_python_block_runs(live_service: LiveService) -> None:
@@ -82,3 +87,25 @@ def test_the_readme_python_block_runs(live_service: LiveService) -> None:
     assert lines[1].startswith("not_found ")  # the error's code and request id
     assert lines[2] == "created"  # the live event of the append
     assert lines[3].endswith("[{'role': 'USER', 'text': 'Plan a trip to Lisbon'}]")
+
+
+def test_the_readme_langgraph_block_runs(live_service: LiveService) -> None:
+    from tests.conftest import TEST_API_KEY
+
+    block = python_blocks()[1]
+    assert block.count("http://localhost:8080") == 1
+    result = subprocess.run(
+        [sys.executable, "-c", block.replace("http://localhost:8080", live_service.base_url)],
+        cwd=settings.BASE_DIR,
+        env={"PYTHONPATH": str(Path(settings.BASE_DIR) / "clients" / "python" / "src"), "PATH": "/usr/bin:/bin",
+             "MEMORY_SERVICE_API_KEY": TEST_API_KEY},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{live_service.log_tail()}"
+    assert result.stdout.splitlines() == [
+        "['coffee']",  # the value filter, applied by the client
+        "['hello', 'you said: hello', 'again', 'you said: again']",  # the thread resumed from its checkpoints
+        "['human', 'ai']",
+    ]
