@@ -106,8 +106,6 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
-# The JSON checks below started in apps.memories.serializers (which still has its own copy: left alone to keep
-# concurrent branches mergeable; it can import these).
 MAX_VALUE_NESTING = 32
 _INT64 = range(-(2**63), 2**63)
 
