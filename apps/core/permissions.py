@@ -64,6 +64,11 @@ class RoleChecked:
                 raise errors.forbidden(permission.message)
         self._authorized = True
 
+    def options(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # DRF answers OPTIONS with the view's metadata, no handler of ours: it too is for the role's holders only.
+        self.authorize(request)
+        return super().options(request, *args, **kwargs)
+
     def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
         if response.status_code < 400 and not self._authorized and self._roles():
             raise RuntimeError(f"{type(self).__name__} answered without authorize(): its roles were never checked")

@@ -71,6 +71,15 @@ def test_the_role_is_checked_after_validation(api, client_for, endpoint) -> None
             assert good.json()["error"] == f"Requires the {role} or admin role."
 
 
+@pytest.mark.parametrize(("role", "path"), [("auditor", "/v1/admin/conversations"), ("indexer", "/v1/conversations/index")])
+def test_options_is_for_the_role_too(api, client_for, role, path) -> None:
+    """DRF answers OPTIONS itself (the view's metadata), past any handler: it is checked all the same."""
+    assert api.options(path).status_code == 401
+    for name, roles in ROLES.items():
+        response = client_for(f"roles-{name}", roles=roles).options(path)
+        assert response.status_code == (200 if name in (role, "admin") else 403), (name, response.content)
+
+
 @pytest.mark.parametrize(("role", "template"), PATHS)
 def test_a_malformed_path_id_is_400_before_the_role(client_for, role, template) -> None:
     for name, roles in ROLES.items():
