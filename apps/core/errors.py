@@ -87,6 +87,19 @@ def unavailable(message: str = "Service temporarily unavailable.") -> ApiError:
     return ApiError(503, message)
 
 
+def undecryptable(what: str = "The stored value") -> ApiError:
+    """A single item whose stored envelope does not open (apps.core.crypto.decrypt_for_read): its key id is missing
+    from MEMORY_ENCRYPTION_KEYS or the row is damaged. A 5xx, since the request is fine and the fault is the
+    server's; 500 and not 503 because nothing about it is temporary or load-related: retrying cannot help until an
+    operator restores the key (the log line and metric name the row and key id). Its own code, unlike
+    ``internal_error``, tells the caller that the item exists and exactly what is wrong with it."""
+    return ApiError(
+        500,
+        f"{what} cannot be decrypted with the service's encryption keys; the operator has been alerted.",
+        code="undecryptable",
+    )
+
+
 def body(error: ApiError) -> dict[str, Any]:
     payload: dict[str, Any] = {"code": error.code, "error": error.message, "requestId": current_request_id()}
     payload.update(error.extra)

@@ -201,7 +201,9 @@ _ERROR_DESCRIPTIONS = {
     403: "Denied (by policy: reason carries the policy's reason)",
     404: "Not found",
     413: "Payload too large",
-    500: "Internal error (policy_error when a policy fails to evaluate)",
+    500: "Internal error (code policy_error when a policy fails to evaluate; code undecryptable when the stored "
+    "value this single-item read returns does not decrypt with the service's keys: a key missing from "
+    "MEMORY_ENCRYPTION_KEYS or a damaged row, which retrying does not fix)",
     503: "A dependency is unavailable",
 }
 

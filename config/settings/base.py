@@ -311,6 +311,10 @@ EMBEDDING_HASH_DELAY_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_SECONDS", "0"
 # "kid:base64key,kid2:base64key": 32-byte AES-256 keys; the first encrypts, all decrypt (apps.core.crypto).
 # The embedded default generates one into DATA_DIR; production refuses to start without it.
 MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
+# /readyz names the key ids stored values are sealed with that the ring lacks: found by a scan of every encrypted
+# column's clear headers, at most once per this many seconds per process (apps.core.readiness).
+ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS = env_int("ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS", 300)
+ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS = env_int("ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS", 300)
 
 # --- Memory policies (D4) ---------------------------------------------------------------------------------------
 POLICY_ENGINE = env_str("POLICY_ENGINE", "embedded")  # embedded (regopy, in-process) | opa (sidecar REST Data API)
