@@ -87,6 +87,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 60)
 # The hot point statements run prepared (apps.core.db.prepared); false for a pooler that cannot keep them.
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
+# Outages (apps.core.db.base): a new connection fails after DB_CONNECT_TIMEOUT_SECONDS; the server cancels a
+# statement after DB_STATEMENT_TIMEOUT_SECONDS (0 = never; `manage.py migrate` runs without it); a statement the
+# server has not answered for DB_PROBE_AFTER_SECONDS makes the service check the server still accepts connections,
+# and one that does not (frozen, partitioned) fails the statement (503) instead of hanging; TCP connections also
+# fail when sent bytes stay unacknowledged for DB_TCP_USER_TIMEOUT_SECONDS.
+DB_CONNECT_TIMEOUT_SECONDS = env_int("DB_CONNECT_TIMEOUT_SECONDS", 3)
+DB_STATEMENT_TIMEOUT_SECONDS = float(env_str("DB_STATEMENT_TIMEOUT_SECONDS", "30"))
+DB_PROBE_AFTER_SECONDS = float(env_str("DB_PROBE_AFTER_SECONDS", "2"))
+DB_TCP_USER_TIMEOUT_SECONDS = float(env_str("DB_TCP_USER_TIMEOUT_SECONDS", "10"))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
