@@ -264,7 +264,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
         while entries:
             for raw_id, fields in entries:
                 # Control messages in the history were addressed to older connections: skip them.
-                payload = fields.get(b"e")
+                payload = streams.payload_of(fields)
                 if payload is not None and subscriber.wants(kind_of(payload)):
                     await self.send_body(streams.sse_block(payload, raw_id.decode()), more_body=True)
                     metrics.SSE_EVENTS_SENT.inc()

@@ -228,13 +228,14 @@ class Up:
     """`manage.py up` in a subprocess with its own data directory (its own embedded PostgreSQL and Valkey);
     ``via_parent`` starts it under a shell standing in for `make`."""
 
-    def __init__(self, data_dir: Path, *, via_parent: bool = False) -> None:
+    def __init__(self, data_dir: Path, *, via_parent: bool = False, **extra_env: str) -> None:
         self.data_dir = data_dir
         self.port = _free_port()
         self.log = data_dir.parent / f"up-{self.port}.log"
         env = service_env(
             DJANGO_SETTINGS_MODULE="config.settings.embedded", DATA_DIR=str(data_dir), EMBEDDING_PROVIDER="hash",
             WEB_CONCURRENCY="1", CELERY_CONCURRENCY="1", LOG_LEVEL="INFO", LOG_FORMAT="json",
+            **extra_env,
         )
         command = [sys.executable, "manage.py", "up", "--port", str(self.port)]
         pidfile = data_dir.parent / f"up-{self.port}.pid"
@@ -374,4 +375,114 @@ def test_up_stops_everything_when_make_is_killed(up_data_dir):
         _wait(lambda: not _alive(postgres) and not _alive(valkey), 10, "embedded PostgreSQL and Valkey to stop")
         assert up.events("embedded services stopped"), up.tail()
     finally:
+        up.kill()
+
+
+# --- Outages under `make run` (issue 21 items 13 and 14) -------------------------------------------------------
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _call(method: str, url: str, token: str, body=None) -> tuple[int, dict]:
+    import requests
+
+    try:
+        response = requests.request(method, url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    except requests.RequestException:
+        return 0, {}
+    return response.status_code, (response.json() if response.content else {})
+
+
+def test_up_restarts_killed_valkey_and_stopped_postgres_in_place_and_nothing_stays_unindexed(up_data_dir):
+    """Valkey killed (and the worker with it): writes still succeed; Valkey comes back on its port and the restarted
+    worker uses it (no second Valkey); the open event stream gets one ``invalidate``; every memory and entry written
+    meanwhile is indexed without anyone doing anything. PostgreSQL stopped (SIGTERM, a smart shutdown the service's
+    sessions would hold up forever): restarted on the same socket, and the service answers 200 again by itself."""
+    import requests
+
+    from tests.events.conftest import SSEClient
+
+    up = Up(up_data_dir, MEMORY_EPISODIC_INDEXING_INTERVAL="1", CONVERSATION_INDEXING_INTERVAL="1")
+    stream = None
+    try:
+        up.wait_healthy()
+        base = f"http://127.0.0.1:{up.port}"
+        token = requests.post(
+            f"{base}/dev-idp/token", timeout=10,
+            data={"grant_type": "password", "client_id": settings.DEV_IDP_CLIENT_ID,
+                  "client_secret": settings.DEV_IDP_CLIENT_SECRET, "username": "alice", "password": "alice"},
+        ).json()["access_token"]  # fmt: skip
+        # Only `up` starts embedded servers: web, worker and beat get its URLs.
+        urls = {name: _environ(up.pid_of(name)) for name in ("web", "worker", "beat")}
+        redis_url = urls["web"]["REDIS_URL"]
+        assert {env["REDIS_URL"] for env in urls.values()} == {redis_url}
+        assert len({env["DATABASE_URL"] for env in urls.values()}) == 1
+        valkey_port = int((up_data_dir / "valkey" / "port").read_text())
+        assert redis_url.endswith(f":{valkey_port}/0")
+        postgres, valkey = up.embedded_pids()
+        status, conversation = _call("POST", f"{base}/v1/conversations", token, {"title": "outage"})
+        assert status == 201, conversation
+        stream = SSEClient(type("Server", (), {"port": up.port})(), "/v1/events", {"Authorization": f"Bearer {token}"})
+        assert stream.status == 200
+
+        worker = up.pid_of("worker")
+        os.kill(valkey, signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
+        texts = [f"outage note {index} about lighthouses" for index in range(5)]
+        for index, text in enumerate(texts):
+            status, body = _call("PUT", f"{base}/v1/memories", token, {
+                "namespace": ["user", "alice", "outage"], "key": f"k{index}", "value": {"text": text},
+                "index": {"text": text}})  # fmt: skip
+            assert status == 200, body
+            status, body = _call("POST", f"{base}/v1/conversations/{conversation['id']}/entries", token,
+                                 {"content": [{"role": "USER", "text": text}]})
+            assert status == 201, body
+
+        _wait(lambda: any(e["server"] == "valkey" for e in up.events("embedded server restarted")), 30, "Valkey back")
+        assert int((up_data_dir / "valkey" / "port").read_text()) == valkey_port
+        assert up.embedded_pids()[1] != valkey
+        _wait(lambda: up.pid_of("worker") not in (None, worker), 30, "the worker to be restarted")
+        assert _environ(up.pid_of("worker"))["REDIS_URL"] == redis_url  # the same Valkey, never a second one
+
+        invalidate = stream.next(timeout=30)
+        assert invalidate.data == {"event": "invalidate", "kind": "stream", "data": {}}
+
+        def all_indexed() -> bool:
+            status, found = _call("POST", f"{base}/v1/memories/search", token, {
+                "namespace_prefix": ["user", "alice", "outage"], "query": "lighthouses", "limit": 10})  # fmt: skip
+            status_u, unindexed = _call("GET", f"{base}/v1/conversations/unindexed?limit=200", token)
+            pending = [item for item in unindexed.get("data", []) if item["conversationId"] == conversation["id"]]
+            return status == 200 and len(found["items"]) == len(texts) and status_u == 200 and not pending
+
+        _wait(all_indexed, 60, "every memory and entry written while Valkey was down to be indexed")
+
+        # The stream goes on with exactly that one invalidate before the next event.
+        status, entry = _call("POST", f"{base}/v1/conversations/{conversation['id']}/entries", token,
+                              {"content": [{"role": "USER", "text": "after the outage"}]})
+        assert status == 201
+        following = []
+        while not following or following[-1].data.get("kind") != "entry":
+            try:
+                following.append(stream.next(timeout=10))
+            except TimeoutError:
+                pytest.fail(f"no entry event after the outage; got {[m.data for m in following]}\n{up.tail()}")
+        assert [m.data["event"] for m in following[:-1]] == [], [m.data for m in following]
+        assert following[-1].data["data"]["entryId"] == entry["id"]
+
+        os.kill(postgres, signal.SIGTERM)  # a smart shutdown: it waits for every session to end
+        _wait(lambda: any(e["server"] == "postgres" for e in up.events("embedded server restarted")), 60,
+              "PostgreSQL back")  # fmt: skip
+        assert up.embedded_pids()[0] != postgres
+        _wait(lambda: _call("GET", f"{base}/readyz", token)[0] == 200, 30, "/readyz 200 again")
+        status, body = _call("GET", f"{base}/v1/memories?ns=user&ns=alice&ns=outage&key=k0", token)
+        assert status == 200 and body["value"] == {"text": texts[0]}
+    finally:
+        if stream is not None:
+            stream.close()
+        up.process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            up.process.wait(60)
         up.kill()
