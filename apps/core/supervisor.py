@@ -92,10 +92,6 @@ class Server:
     restart_at: float | None = None  # when a server found down is due to start again
 
 
-def _backoff(supervisor: Supervisor, failures_in_a_row: int) -> float:
-    return min(supervisor.backoff_max, supervisor.backoff_initial * 2 ** (failures_in_a_row - 1))
-
-
 @dataclass
 class Supervisor:
     """Start with ``run()`` (blocks until ``stop()``, a signal, or an error); children restart on exit."""
@@ -158,6 +154,9 @@ class Supervisor:
 
     # --- supervision ------------------------------------------------------------------------------------------
 
+    def _backoff(self, failures_in_a_row: int) -> float:
+        return min(self.backoff_max, self.backoff_initial * 2 ** (failures_in_a_row - 1))
+
     def _start(self, child: Child) -> None:
         child.process = subprocess.Popen(
             ["/bin/sh", "-c", f"exec {child.command}"],
@@ -189,7 +188,7 @@ class Supervisor:
             _signal_group(child.process.pid, signal.SIGKILL)
             ran = now - child.started_at
             child.failures_in_a_row = 1 if ran >= self.stable_after else child.failures_in_a_row + 1
-            delay = _backoff(self, child.failures_in_a_row)
+            delay = self._backoff(child.failures_in_a_row)
             logger.warning(
                 "process exited; restarting after backoff",
                 extra={
@@ -216,7 +215,7 @@ class Supervisor:
                     continue
                 ran = now - server.up_since
                 server.failures_in_a_row = 1 if ran >= self.stable_after else server.failures_in_a_row + 1
-                delay = _backoff(self, server.failures_in_a_row)
+                delay = self._backoff(server.failures_in_a_row)
                 logger.warning(
                     "embedded server down; restarting after backoff",
                     extra={"server": server.name, "restart_in_seconds": delay, "failures_in_a_row": server.failures_in_a_row},
@@ -227,7 +226,7 @@ class Supervisor:
                     server.start()
                 except Exception as exc:  # tried again after a longer backoff; the service answers 503 meanwhile
                     server.failures_in_a_row += 1
-                    delay = _backoff(self, server.failures_in_a_row)
+                    delay = self._backoff(server.failures_in_a_row)
                     server.restart_at = time.monotonic() + delay
                     logger.error(
                         "embedded server did not start; retrying after backoff",

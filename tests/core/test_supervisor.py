@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from apps.core.supervisor import Supervisor, read_procfile
+from apps.core.supervisor import Server, Supervisor, read_procfile
 from tests.conftest import service_env
 from tests.live_service import listening_addresses
 
@@ -125,6 +125,33 @@ def test_a_killed_process_is_restarted_and_its_orphans_are_reaped(supervised, tm
     _wait(lambda: supervisor.children["pool"].pid not in (None, first), 10, "the restart")
     _wait(lambda: not any(_alive(pid) for pid in members), 10, "the old pool to be killed")
     assert _alive(supervisor.children["pool"].pid)
+
+
+def test_a_server_found_down_is_started_again_with_backoff_and_a_failed_start_is_retried(supervised, caplog):
+    """The embedded servers are daemons, not children: the supervisor polls them and starts one found down again
+    (issue 21 item 14), retrying a start that fails (its port still taken) after a longer backoff."""
+    caplog.set_level(logging.INFO, logger="apps.core.supervisor")
+    state = {"up": True, "starts": 0}
+
+    def start() -> None:
+        state["starts"] += 1
+        if state["starts"] == 1:
+            raise RuntimeError("port taken")
+        state["up"] = True
+
+    server = Server("fake", lambda: state["up"], start)
+    supervisor = supervised({"steady": "sleep 600"}, backoff_initial=0.1, servers={"fake": server})
+    steady = supervisor.children["steady"].pid
+    state["up"] = False
+    _wait(lambda: server.restarts == 1, 10, "the server to be started again")
+    assert state == {"up": True, "starts": 2}
+    messages = [(r.getMessage(), r.restart_in_seconds) for r in caplog.records if getattr(r, "server", None) == "fake"
+                and hasattr(r, "restart_in_seconds")]  # fmt: skip
+    assert messages == [
+        ("embedded server down; restarting after backoff", 0.1),
+        ("embedded server did not start; retrying after backoff", 0.2),
+    ]
+    assert supervisor.children["steady"].pid == steady  # the children are left alone
 
 
 def test_shutdown_stops_every_process_group_and_kills_what_ignores_sigterm(tmp_path):
@@ -493,8 +520,14 @@ def test_up_restarts_killed_valkey_and_stopped_postgres_in_place_and_nothing_sta
         assert following[-1].data["data"]["entryId"] == entry["id"]
 
         os.kill(postgres, signal.SIGTERM)  # a smart shutdown: it waits for every session to end
-        _wait(lambda: any(e["server"] == "postgres" for e in up.events("embedded server restarted")), 60,
-              "PostgreSQL back")  # fmt: skip
+        statuses = []
+
+        def postgres_back() -> bool:
+            statuses.append(_call("GET", f"{base}/v1/memories?ns=user&ns=alice&ns=outage&key=k0", token)[0])
+            return any(e["server"] == "postgres" for e in up.events("embedded server restarted"))
+
+        _wait(postgres_back, 60, "PostgreSQL back")
+        assert 503 in statuses and set(statuses) <= {200, 503}, statuses  # unavailable meanwhile, never a 500
         assert up.embedded_pids()[0] != postgres
         _wait(lambda: _call("GET", f"{base}/readyz", token)[0] == 200, 30, "/readyz 200 again")
         status, body = _call("GET", f"{base}/v1/memories?ns=user&ns=alice&ns=outage&key=k0", token)

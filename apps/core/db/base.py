@@ -16,8 +16,9 @@ datetimes, tzinfo ``datetime.UTC`` included, so the connections get it instead.
 Outages (issue 21 item 13): every connection has a connect timeout (DB_CONNECT_TIMEOUT_SECONDS), a server-side
 statement timeout (DB_STATEMENT_TIMEOUT_SECONDS) and TCP keepalives with a TCP user timeout, and waits for the
 server in ``ProbingConnection``: a server that stays silent is asked, over a fresh connection, whether it is alive,
-and a frozen one (SIGSTOP, a network partition: it no longer answers even the kernel-acknowledged bytes already
-sent) makes the statement fail within seconds instead of hanging for as long as the freeze lasts. The failure is an
+and a frozen one (SIGSTOP, or a path that stopped forwarding: the kernel may still acknowledge what was sent, so
+nothing on the connection itself shows it) makes the statement fail within seconds instead of hanging for as long
+as the freeze lasts. The failure is an
 OperationalError, which the error model answers with 503 ``unavailable``; the abandoned connection is closed, so
 Django replaces it on the next request and the service recovers by itself when PostgreSQL returns.
 """
