@@ -477,10 +477,12 @@ def test_up_restarts_killed_valkey_and_stopped_postgres_in_place_and_nothing_sta
         valkey_port = int((up_data_dir / "valkey" / "port").read_text())
         assert redis_url.endswith(f":{valkey_port}/0")
         postgres, valkey = up.embedded_pids()
-        status, conversation = _call("POST", f"{base}/v1/conversations", token, {"title": "outage"})
-        assert status == 201, conversation
         stream = SSEClient(type("Server", (), {"port": up.port})(), "/v1/events", {"Authorization": f"Bearer {token}"})
         assert stream.status == 200
+        status, conversation = _call("POST", f"{base}/v1/conversations", token, {"title": "outage"})
+        assert status == 201, conversation
+        # The stream is live: it gets the new conversation's two events (the conversation, the owner's membership).
+        assert {stream.next(timeout=10).data["kind"] for _ in range(2)} == {"conversation", "membership"}
 
         worker = up.pid_of("worker")
         os.kill(valkey, signal.SIGKILL)
