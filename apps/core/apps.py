@@ -12,3 +12,4 @@ class CoreConfig(AppConfig):
         readiness.register("database", readiness.check_database)
         readiness.register("redis", readiness.check_redis)
         readiness.register("policy_engine", policy.check)
+        readiness.register_info("encryption_keys", readiness.encryption_keys_info)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import os
 import re
 import struct
@@ -41,6 +42,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+logger = logging.getLogger(__name__)
+
 MAGIC = b"MS"
 FORMAT_V1 = 1
 NONCE_BYTES = 12  # 96-bit nonces: GCM's native size, random per encryption
@@ -52,7 +55,14 @@ _SETTING = "MEMORY_ENCRYPTION_KEYS"
 
 class DecryptionError(Exception):
     """The blob does not open: unknown key id, malformed envelope, or authentication failed (tampered, wrong row,
-    wrong purpose, wrong key). Deliberately one type: callers cannot act differently on the cases."""
+    wrong purpose, wrong key). Deliberately one type: callers cannot act differently on the cases. ``key_id`` is the
+    key id the envelope names when it could be read (for operators: a key missing from the ring), ``reason`` one of
+    ``unknown_key``, ``malformed``, ``unauthenticated``."""
+
+    def __init__(self, message: str, *, key_id: str | None = None, reason: str = "malformed") -> None:
+        super().__init__(message)
+        self.key_id = key_id
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class KeyRing:
         try:
             return self.keys[kid]
         except KeyError:
-            raise DecryptionError(f"unknown encryption key id {kid!r}") from None
+            raise DecryptionError(f"unknown encryption key id {kid!r}", key_id=kid, reason="unknown_key") from None
 
 
 def parse_keyring(raw: str) -> KeyRing:
@@ -194,7 +204,9 @@ def decrypt(blob: bytes, *, purpose: str, row_id: str) -> bytes:
         return key.decrypt(nonce, sealed, _aad(header, purpose, row_id))
     except InvalidTag:
         raise DecryptionError(
-            f"ciphertext does not authenticate (key {kid!r}, purpose {purpose!r}): tampered or bound to another row"
+            f"ciphertext does not authenticate (key {kid!r}, purpose {purpose!r}): tampered or bound to another row",
+            key_id=kid,
+            reason="unauthenticated",
         ) from None
 
 
@@ -207,6 +219,62 @@ def decrypt_json(blob: bytes, *, purpose: str, row_id: str) -> Any:
     return json.loads(decrypt(blob, purpose=purpose, row_id=row_id))
 
 
+# --- Reading stored values: a row that does not open never takes a page down ------------------------------------
+
+UNDECRYPTABLE_MARKER = "undecryptable"
+
+
+class _Undecryptable:
+    """The value of a stored envelope that does not open (see ``decrypt_for_read``): one singleton, falsy."""
+
+    _instance: _Undecryptable | None = None
+
+    def __new__(cls) -> _Undecryptable:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "UNDECRYPTABLE"
+
+
+UNDECRYPTABLE: Any = _Undecryptable()
+
+
+def decrypt_for_read(
+    blob: bytes | memoryview, *, purpose: str, row_id: Any, decode: Callable[[bytes], Any] = json.loads
+) -> Any:
+    """What every read path calls to open a stored value for its caller: ``decode(plaintext)``, or ``UNDECRYPTABLE``
+    when the envelope does not open (its key id is not in the ring after a botched rotation, or the row is damaged).
+
+    One undecryptable row must not take a whole page down: lists show the item with its metadata and the
+    documented marker instead of its value, single-item reads answer ``errors.undecryptable()``. The failure is
+    reported here, once, for operators (``report_undecryptable``)."""
+    row = str(row_id)
+    try:
+        return decode(decrypt(bytes(blob), purpose=purpose, row_id=row))
+    except DecryptionError as exc:
+        report_undecryptable(exc, purpose=purpose, row_id=row)
+        return UNDECRYPTABLE
+
+
+def report_undecryptable(exc: DecryptionError, *, purpose: str, row_id: Any) -> None:
+    """A log line naming the row and key id (never content or key material), and the ``undecryptable_values_total``
+    metric by column and key id (the row id stays out of the metric's labels: one series per row would be
+    unbounded)."""
+    from apps.core import metrics
+
+    kid = exc.key_id if exc.key_id is not None and _KID_RE.match(exc.key_id) else None
+    logger.error(
+        "stored value cannot be decrypted",
+        extra={"purpose": purpose, "row_id": str(row_id), "key_id": kid, "reason": exc.reason},
+    )
+    metrics.UNDECRYPTABLE_VALUES.labels(purpose, kid or "-").inc()
+
+
 def key_id_of(blob: bytes) -> str:
     """The key id an envelope was sealed with (no key needed); DecryptionError when it is not an envelope."""
     return _split(blob)[1]
@@ -215,6 +283,32 @@ def key_id_of(blob: bytes) -> str:
 def header_for(kid: str) -> bytes:
     """The clear header every envelope sealed with ``kid`` starts with (lets SQL select rows by key id)."""
     return _header(kid)
+
+
+def stored_key_ids() -> set[str]:
+    """The key ids the envelopes stored in every registered column are sealed with, read from their clear headers
+    in SQL (no key needed, nothing decrypted): one DISTINCT scan per column, each reading only the first bytes of
+    a value. ``/readyz`` compares them with the ring (apps.core.readiness)."""
+    from django.apps import apps
+    from django.db import connection
+
+    prefix = MAGIC + bytes((FORMAT_V1,))
+    found: set[str] = set()
+    with connection.cursor() as cursor:
+        for spec in encrypted_fields():
+            model = apps.get_model(spec.model_label)
+            table = connection.ops.quote_name(model._meta.db_table)
+            column = connection.ops.quote_name(model._meta.get_field(spec.field).column)
+            # The header's first 4 + 255 bytes at most, sliced before anything else reads the value (a large value
+            # is stored out of line; a slice does not fetch all of it). Byte 3 is the key id's length.
+            cursor.execute(
+                f"SELECT DISTINCT substring(h FROM 5 FOR get_byte(h, 3)) "  # noqa: S608 - quoted registered names
+                f"FROM (SELECT substring({column} FROM 1 FOR 259) AS h FROM {table} WHERE {column} IS NOT NULL) s "
+                f"WHERE length(h) > 4 AND substring(h FROM 1 FOR 3) = %s",
+                [prefix],
+            )
+            found.update(bytes(kid).decode("ascii", "replace") for (kid,) in cursor.fetchall())
+    return found
 
 
 # --- Registry of encrypted columns (for rotate_encryption_key) --------------------------------------------------
@@ -449,8 +543,8 @@ class StreamOpener(_ChunkedStream):
         (chunk_size,) = struct.unpack(">I", buffer[4 + kid_len : end])
         if not 1 <= chunk_size <= _MAX_STREAM_CHUNK_BYTES:
             raise DecryptionError("malformed chunk size in stream")
-        self._key = keyring().key(kid)
         self.key_id = kid
+        self._key = keyring().key(kid)
         self._prefix = _aad(buffer[:end], self._purpose, self._row_id)
         self.header_size = end
         self.sealed_chunk_size = self._frame_size = NONCE_BYTES + chunk_size + TAG_BYTES
@@ -459,14 +553,16 @@ class StreamOpener(_ChunkedStream):
     def _process(self, frame, final: bool) -> bytes:
         assert self._key is not None
         if final and len(frame) < NONCE_BYTES + TAG_BYTES:
-            raise DecryptionError("truncated stream: the final chunk is missing")
+            raise DecryptionError("truncated stream: the final chunk is missing", key_id=self.key_id)
         try:
             plain = self._key.decrypt(
                 frame[:NONCE_BYTES], frame[NONCE_BYTES:], _chunk_aad(self._prefix, self._index, final)
             )
         except InvalidTag:
             raise DecryptionError(
-                f"stream chunk {self._index} does not authenticate: tampered, reordered, truncated or another row's"
+                f"stream chunk {self._index} does not authenticate: tampered, reordered, truncated or another row's",
+                key_id=self.key_id,
+                reason="unauthenticated",
             ) from None
         self._index += 1
         return plain

@@ -9,7 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.db import InterfaceError as DbInterfaceError
+from django.db import OperationalError as DbOperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
@@ -87,6 +90,19 @@ def unavailable(message: str = "Service temporarily unavailable.") -> ApiError:
     return ApiError(503, message)
 
 
+def undecryptable(what: str = "The stored value") -> ApiError:
+    """A single item whose stored envelope does not open (apps.core.crypto.decrypt_for_read): its key id is missing
+    from MEMORY_ENCRYPTION_KEYS or the row is damaged. A 5xx, since the request is fine and the fault is the
+    server's; 500 and not 503 because nothing about it is temporary or load-related: retrying cannot help until an
+    operator restores the key (the log line and metric name the row and key id). Its own code, unlike
+    ``internal_error``, tells the caller that the item exists and exactly what is wrong with it."""
+    return ApiError(
+        500,
+        f"{what} cannot be decrypted with the service's encryption keys; the operator has been alerted.",
+        code="undecryptable",
+    )
+
+
 def body(error: ApiError) -> dict[str, Any]:
     payload: dict[str, Any] = {"code": error.code, "error": error.message, "requestId": current_request_id()}
     payload.update(error.extra)
@@ -124,10 +140,23 @@ def _flatten_drf_detail(detail: Any, prefix: str = "") -> dict[str, str]:
     return {prefix or "body": str(detail)}
 
 
+# The database is down, frozen, restarting or refusing connections, a connection broke, or a statement ran past
+# DB_STATEMENT_TIMEOUT_SECONDS (apps.core.db.base): the request may succeed later, so 503, never a 500.
+_DATABASE_UNAVAILABLE = (DbOperationalError, DbInterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def database_unavailable() -> ApiError:
+    return ApiError(503, "The database is unavailable; retry shortly.", headers={"Retry-After": "2"})
+
+
 def from_exception(exc: Exception) -> ApiError | None:
     """Map a known exception onto the error model; ``None`` means unexpected (a 500)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, _DATABASE_UNAVAILABLE):
+        # The class only: a driver message can quote the statement.
+        logger.warning("database unavailable", extra={"error": type(exc).__name__, "cause": type(exc.__cause__).__name__})
+        return database_unavailable()
     if isinstance(exc, drf_exceptions.ValidationError):
         return validation_error(_flatten_drf_detail(exc.detail))
     if isinstance(exc, drf_exceptions.ParseError):

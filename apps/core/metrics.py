@@ -49,6 +49,12 @@ SSE_EVENTS_SENT = Counter("sse_events_sent_total", "Events written to server-sen
 SSE_DISCONNECTS = Counter(
     "sse_closed_by_server_total", "Streams the server closed (evicted, connection limit).", ["reason"]
 )
+UNDECRYPTABLE_VALUES = Counter(
+    "undecryptable_values_total",
+    "Stored values a read could not decrypt (key id not in MEMORY_ENCRYPTION_KEYS, or a damaged row), by column "
+    "(purpose) and the key id the envelope names; the log line 'stored value cannot be decrypted' names the row.",
+    ["purpose", "key_id"],
+)
 SSE_PUBLISH_FAILURES = Counter("sse_publish_failures_total", "Committed events that could not be sent to Redis.")
 
 

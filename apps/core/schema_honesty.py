@@ -38,7 +38,8 @@ def postprocess_schema(result: dict[str, Any], generator, request, public) -> di
     - 401 on every operation that takes credentials (authentication runs first, D1);
     - 400 on every operation with parameters or a body (validation, malformed JSON);
     - 413 on every operation with a body (REQUEST_MAX_BODY_BYTES);
-    - 404 on every operation with a path parameter.
+    - 404 on every operation with a path parameter;
+    - 503 on every operation: the database (or another dependency) is down, frozen or unreachable (issue 21.13).
 
     A request body whose schema has required fields is itself required.
 
@@ -72,6 +73,7 @@ def postprocess_schema(result: dict[str, Any], generator, request, public) -> di
                 wanted.append(413)
             if "{" in path:
                 wanted.append(404)
+            wanted.append(503)
             for status in wanted:
                 responses.setdefault(str(status), _error_response(status))
             for status, response in responses.items():

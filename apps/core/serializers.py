@@ -201,8 +201,11 @@ _ERROR_DESCRIPTIONS = {
     403: "Denied (by policy: reason carries the policy's reason)",
     404: "Not found",
     413: "Payload too large",
-    500: "Internal error (policy_error when a policy fails to evaluate)",
-    503: "A dependency is unavailable",
+    500: "Internal error (code policy_error when a policy fails to evaluate; code undecryptable when the stored "
+    "value this single-item read returns does not decrypt with the service's keys: a key missing from "
+    "MEMORY_ENCRYPTION_KEYS or a damaged row, which retrying does not fix)",
+    503: "A dependency is unavailable (the database down, frozen or unreachable; Redis for the event stream; the "
+    "embedding provider for semantic search): retry later",
 }
 
 

@@ -5,6 +5,10 @@ Each process runs in its own session (process group), so a crash leaves no orpha
 Celery pool): the whole group is killed before the process is started again, and on shutdown. Children also get
 SIGTERM from the kernel if the supervisor itself dies (PR_SET_PDEATHSIG), so even ``kill -9`` of `make run` leaves
 no web server or worker running.
+
+It also keeps servers running that are daemons rather than its children (``Server``: the embedded PostgreSQL and
+Valkey `make run` started): one found down is started again with the same backoff, at the same address, so the
+URLs the children were given stay valid.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +79,20 @@ class Child:
 
 
 @dataclass
+class Server:
+    """A server the supervisor keeps running without being its parent: ``is_up()`` is polled, ``start()`` brings it
+    back (on the same address) and raises when it cannot, to be tried again after the backoff."""
+
+    name: str
+    is_up: Callable[[], bool]
+    start: Callable[[], object]
+    up_since: float = field(default_factory=time.monotonic)
+    restarts: int = 0
+    failures_in_a_row: int = 0
+    restart_at: float | None = None  # when a server found down is due to start again
+
+
+@dataclass
 class Supervisor:
     """Start with ``run()`` (blocks until ``stop()``, a signal, or an error); children restart on exit."""
 
@@ -87,6 +105,7 @@ class Supervisor:
     stable_after: float = 60.0
     stop_timeout: float = 15.0
     poll_interval: float = 0.2
+    servers: Mapping[str, Server] = field(default_factory=dict)
     children: dict[str, Child] = field(default_factory=dict)
     _stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -100,6 +119,7 @@ class Supervisor:
             for child in self.children.values():
                 self._start(child)
             while not self._stopping.is_set():
+                self._check_servers()
                 self._check_children()
                 self._stopping.wait(self.poll_interval)
         finally:
@@ -134,6 +154,9 @@ class Supervisor:
 
     # --- supervision ------------------------------------------------------------------------------------------
 
+    def _backoff(self, failures_in_a_row: int) -> float:
+        return min(self.backoff_max, self.backoff_initial * 2 ** (failures_in_a_row - 1))
+
     def _start(self, child: Child) -> None:
         child.process = subprocess.Popen(
             ["/bin/sh", "-c", f"exec {child.command}"],
@@ -165,7 +188,7 @@ class Supervisor:
             _signal_group(child.process.pid, signal.SIGKILL)
             ran = now - child.started_at
             child.failures_in_a_row = 1 if ran >= self.stable_after else child.failures_in_a_row + 1
-            delay = min(self.backoff_max, self.backoff_initial * 2 ** (child.failures_in_a_row - 1))
+            delay = self._backoff(child.failures_in_a_row)
             logger.warning(
                 "process exited; restarting after backoff",
                 extra={
@@ -180,6 +203,40 @@ class Supervisor:
             )
             child.process = None
             child.restart_at = now + delay
+
+
+    def _check_servers(self) -> None:
+        for server in self.servers.values():
+            if self._stopping.is_set():
+                return
+            now = time.monotonic()
+            if server.restart_at is None:
+                if server.is_up():
+                    continue
+                ran = now - server.up_since
+                server.failures_in_a_row = 1 if ran >= self.stable_after else server.failures_in_a_row + 1
+                delay = self._backoff(server.failures_in_a_row)
+                logger.warning(
+                    "embedded server down; restarting after backoff",
+                    extra={"server": server.name, "restart_in_seconds": delay, "failures_in_a_row": server.failures_in_a_row},
+                )
+                server.restart_at = now + delay
+            elif now >= server.restart_at:
+                try:
+                    server.start()
+                except Exception as exc:  # tried again after a longer backoff; the service answers 503 meanwhile
+                    server.failures_in_a_row += 1
+                    delay = self._backoff(server.failures_in_a_row)
+                    server.restart_at = time.monotonic() + delay
+                    logger.error(
+                        "embedded server did not start; retrying after backoff",
+                        extra={"server": server.name, "error": f"{type(exc).__name__}: {exc}", "restart_in_seconds": delay},
+                    )
+                    continue
+                server.restart_at = None
+                server.restarts += 1
+                server.up_since = time.monotonic()
+                logger.info("embedded server restarted", extra={"server": server.name, "restarts": server.restarts})
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -92,6 +92,8 @@ def create_hnsw_index(table: str, index_name: str, dimension: int, using: str = 
         # unique index ("duplicate key value violates unique constraint pg_class_relname_nsp_index": a 500 on a
         # semantic search when both web workers took their first one together). Under the lock the second waits
         # for the first to commit and then finds the index.
+        # Building the index over an existing table can take longer than any request's statement may.
+        cursor.execute("SET LOCAL statement_timeout = 0")
         cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_INDEX_LOCK_CLASS, index_name])
         # Inside a transaction that wrote vectors, deferred FK checks must run before an index can be built.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")

@@ -98,12 +98,14 @@ class EventStreamConsumer(AsyncHttpConsumer):
         token = set_request_id(self.request_id)
         try:
             await self._start(headers)
-        except errors.ApiError as error:
+        except Exception as exc:
+            # Like the REST API: the one error model (a database outage is a 503), a JSON 500 with the request id
+            # for anything unexpected, never a bare server error page.
+            error = errors.from_exception(exc)
+            if error is None:
+                logger.exception("event stream failed to start")
+                error = errors.ApiError(500, "Internal server error.")
             await self._send_error(error)
-        except Exception:
-            # Like the REST API: a JSON 500 with the request id, never a bare server error page.
-            logger.exception("event stream failed to start")
-            await self._send_error(errors.ApiError(500, "Internal server error."))
         finally:
             reset_request_id(token)
 
@@ -262,7 +264,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
         while entries:
             for raw_id, fields in entries:
                 # Control messages in the history were addressed to older connections: skip them.
-                payload = fields.get(b"e")
+                payload = streams.payload_of(fields)
                 if payload is not None and subscriber.wants(kind_of(payload)):
                     await self.send_body(streams.sse_block(payload, raw_id.decode()), more_body=True)
                     metrics.SSE_EVENTS_SENT.inc()

@@ -14,7 +14,10 @@ stream, holding channel messages back meanwhile; entries are delivered once, in 
 
 A subscriber that falls ``SSE_BUFFER_EVENTS`` behind is marked evicted instead of slowing the hub (and so every
 other client). When Redis fails, the hub reconnects with backoff and, once subscribed again, gives every subscriber
-an ``invalidate`` event: events published meanwhile may be gone.
+an ``invalidate`` event: events published meanwhile may be gone. The publishers owe the recipients of events they
+could not send an ``invalidate`` of their own (apps.events.publisher), stamped with the newest such event's time; a
+subscriber already told to refetch after that time (plus a margin for clocks of different hosts) is not told again,
+so an outage costs an open stream one ``invalidate``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ logger = logging.getLogger(__name__)
 # catch-up XRANGE.
 _MAX_READ_COUNT = 512
 _RETRY_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
+# How far apart the clocks of two hosts of the service may be: a publisher's owed invalidate is dropped for a
+# subscriber only when its newest missed event is older than the subscriber's last invalidate by more than this.
+_CLOCK_MARGIN_MS = 500
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ class Subscriber:
     last_activity: float = field(default_factory=time.monotonic)
     # Called once when the stream is told to end (the consumer arms its eviction deadline here).
     on_close: Callable[[], None] | None = None
+    # Wall-clock ms when the client was last told to refetch: its refetch covers every write committed before.
+    invalidated_at_ms: int | None = None
 
     def wants(self, kind: str) -> bool:
         return self.kinds is None or kind == streams.STREAM_KIND or kind in self.kinds
@@ -84,10 +92,21 @@ class Subscriber:
         self.buffer.append(item)
         self.ready.set()
 
-    def invalidate(self) -> None:
-        if self.closing is None:
-            self.buffer.append(_INVALIDATE)
-            self.ready.set()
+    def invalidate(self, item: Item | None = None) -> None:
+        """Tell the client to refetch (``item``: the stream entry that says so, resumable; default the hub's own)."""
+        if self.closing is not None:
+            return
+        self.invalidated_at_ms = int(time.time() * 1000)
+        if self.buffer and self.buffer[-1].payload == streams.INVALIDATE:
+            return  # one not yet sent already says it
+        self.buffer.append(item or _INVALIDATE)
+        self.ready.set()
+
+    def invalidate_for_missed(self, item: Item, newest_missed_ms: int) -> None:
+        """A publisher's owed invalidate: needed unless the client was told to refetch after those events."""
+        if self.invalidated_at_ms is not None and newest_missed_ms < self.invalidated_at_ms - _CLOCK_MARGIN_MS:
+            return
+        self.invalidate(item)
 
     def close(self, reason: str) -> None:
         """End the stream after one ``evicted`` event; whatever was still buffered is dropped."""
@@ -129,7 +148,7 @@ class Subscriber:
 
 # Not an event: the writer sends a keepalive comment for it.
 KEEPALIVE_ITEM = Item(None)
-_INVALIDATE = Item.event(streams.stream_event("invalidate"))
+_INVALIDATE = Item.event(streams.INVALIDATE)
 
 
 _SUBSCRIBE_TIMEOUT = 5.0
@@ -365,6 +384,16 @@ def dispatch_entry(subscribers, entry_id: str, fields: dict[bytes, bytes]) -> No
         item = Item.event(payload, entry_id)
         for subscriber in list(subscribers):
             subscriber.deliver(item, kind)
+        return
+    missed = fields.get(b"i")
+    if missed is not None:
+        item = Item.event(streams.INVALIDATE, entry_id)
+        try:
+            newest_missed_ms = int(missed)
+        except ValueError:
+            newest_missed_ms = int(time.time() * 1000)  # unreadable: assume it is needed
+        for subscriber in list(subscribers):
+            subscriber.invalidate_for_missed(item, newest_missed_ms)
         return
     control = fields.get(b"c")
     if control is not None:

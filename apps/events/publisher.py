@@ -6,10 +6,14 @@ resolved from, e.g. before deleting a conversation or a membership) and sends af
 fails the write, and nothing is sent for a transaction that rolls back.
 
 Sending is one pipelined round trip to Redis per committed event: one append (XADD to the recipient's stream and
-PUBLISH on its channel, apps.events.streams.append_args) per recipient. When Redis cannot be reached the write still succeeds; the recipients are remembered and get
-an ``invalidate`` event with the next successful publish, so their clients refetch instead of silently missing the
-event. After a failure publishing pauses for ``SSE_PUBLISH_BACKOFF_SECONDS`` so a dead Redis does not add a
-connect timeout to every write.
+PUBLISH on its channel, apps.events.streams.append_args) per recipient. When Redis cannot be reached the write still
+succeeds; the recipients are remembered and get an ``invalidate`` event as soon as Redis answers again, so their
+clients refetch instead of silently missing the event. After a failure, writes only remember their recipients (a
+dead Redis adds no connect timeout to them) while one background thread per process tries Redis again, after
+0.5 s and then at doubling intervals up to ``SSE_PUBLISH_BACKOFF_SECONDS``, and delivers the owed ``invalidate``s
+the moment it succeeds, whether or not anything is written afterwards. Each carries the time of the newest event it
+stands for, so a stream whose reader already told its client to refetch after that time is not told again
+(apps.events.hub): after an outage, an open stream gets one ``invalidate``.
 """
 
 from __future__ import annotations
@@ -31,11 +35,15 @@ from apps.sharing.access import AccessLevel, conversation_members
 
 logger = logging.getLogger(__name__)
 
-# Users who missed an event while Redis was unreachable (bounded: past this, the overflow is only logged).
+# Users who missed an event while Redis was unreachable, with the wall-clock ms of the newest they missed (bounded:
+# past this, the overflow is only logged).
 _MISSED_LIMIT = 10_000
 _lock = threading.Lock()
-_missed: set[str] = set()
+_missed: dict[str, int] = {}
 _paused_until = 0.0
+_recovering = False
+_generation = 0  # reset_for_tests ends a recovery thread of an earlier test
+_FIRST_RETRY_SECONDS = 0.5
 
 _MEMBERSHIP_WATCHERS = {AccessLevel.OWNER.value, AccessLevel.MANAGER.value}
 
@@ -103,44 +111,100 @@ def flush() -> None:
 
 def _send(recipients: list[str], payload: bytes, kind: str) -> None:
     global _paused_until
-    if time.monotonic() < _paused_until:
+    if _recovering or time.monotonic() < _paused_until:
         _remember(recipients)
         return
-    with _lock:
-        missed = list(_missed)
-        _missed.clear()
+    missed = _take_missed()
     try:
         pipe = get_client().pipeline(transaction=False)
-        invalidate = streams.stream_event("invalidate")
-        for user in missed:
-            pipe.eval(*streams.append_args(user, "e", invalidate))
+        _append_invalidates(pipe, missed)
         for user in recipients:
             pipe.eval(*streams.append_args(user, "e", payload))
         pipe.execute()
     except redis.RedisError as exc:
         _paused_until = time.monotonic() + settings.SSE_PUBLISH_BACKOFF_SECONDS
-        _remember(missed)
+        _restore_missed(missed)
         _remember(recipients)
         metrics.SSE_PUBLISH_FAILURES.inc()
         # Never the payload: ids only, but the log line need not carry them either.
         logger.warning(
             "event publish failed", extra={"kind": kind, "recipients": len(recipients), "error": type(exc).__name__}
         )
+        _start_recovery()
         return
     if missed:
         logger.info("invalidate sent after publish failures", extra={"recipients": len(missed)})
 
 
-def _remember(users: list[str]) -> None:
+def _append_invalidates(pipe, missed: dict[str, int]) -> None:
+    for user, newest_ms in missed.items():
+        pipe.eval(*streams.append_args(user, "i", str(newest_ms)))
+
+
+def _take_missed() -> dict[str, int]:
     with _lock:
-        room = _MISSED_LIMIT - len(_missed)
-        if len(users) > room:
-            logger.error("too many users missed events to remember; some clients will not be told to refetch")
-        _missed.update(users[: max(room, 0)])
+        missed = dict(_missed)
+        _missed.clear()
+    return missed
+
+
+def _restore_missed(missed: dict[str, int]) -> None:
+    with _lock:
+        for user, newest_ms in missed.items():
+            _missed[user] = max(newest_ms, _missed.get(user, 0))
+
+
+def _remember(users: list[str]) -> None:
+    now_ms = int(time.time() * 1000)
+    with _lock:
+        for user in users:
+            if user not in _missed and len(_missed) >= _MISSED_LIMIT:
+                logger.error("too many users missed events to remember; some clients will not be told to refetch")
+                return
+            _missed[user] = now_ms
+
+
+def _start_recovery() -> None:
+    """One thread per process delivers the owed invalidates once Redis answers (see the module docstring)."""
+    global _recovering
+    with _lock:
+        if _recovering:
+            return
+        _recovering = True
+    threading.Thread(target=_recover, args=(_generation,), name="sse-publish-recovery", daemon=True).start()
+
+
+def _recover(generation: int) -> None:
+    global _recovering, _paused_until
+    delay = _FIRST_RETRY_SECONDS
+    while True:
+        time.sleep(delay)
+        if generation != _generation:
+            return
+        missed = _take_missed()
+        try:
+            pipe = get_client().pipeline(transaction=False)
+            _append_invalidates(pipe, missed)
+            pipe.ping()
+            pipe.execute()
+        except redis.RedisError:
+            _restore_missed(missed)
+            delay = min(delay * 2, max(settings.SSE_PUBLISH_BACKOFF_SECONDS, _FIRST_RETRY_SECONDS))
+            continue
+        with _lock:
+            if _missed:  # remembered while the pipeline ran: the next round sends them at once
+                delay = 0.0
+                continue
+            _recovering = False
+            _paused_until = 0.0
+        logger.info("event publishing recovered; invalidate sent", extra={"recipients": len(missed)})
+        return
 
 
 def reset_for_tests() -> None:
-    global _paused_until
+    global _paused_until, _recovering, _generation
     with _lock:
         _missed.clear()
+        _recovering = False
+        _generation += 1
     _paused_until = 0.0

@@ -1,9 +1,10 @@
 """The Redis layout of the live event stream (D8), shared by the publisher (sync, web threads) and the stream
 consumer (asyncio).
 
-- ``<prefix>u:<user>``: a Redis Stream per user. Each entry is either an event (field ``e``: the exact JSON of the
-  SSE ``data:`` line) or a control message for the user's open streams (field ``c``: ``{"close": <connection id>}``,
-  the per-user connection limit). The entry id is the SSE ``id:``; ids only grow, so a client's last id orders every
+- ``<prefix>u:<user>``: a Redis Stream per user. Each entry is an event (field ``e``: the exact JSON of the SSE
+  ``data:`` line), an ``invalidate`` the publisher owed the user for events it could not send (field ``i``: the
+  wall-clock milliseconds of the newest of them; streams show it as the plain ``invalidate`` event), or a control
+  message for the user's open streams (field ``c``: ``{"close": <connection id>}``, the per-user connection limit). The entry id is the SSE ``id:``; ids only grow, so a client's last id orders every
   later entry after it. Entries older than ``SSE_RETENTION_SECONDS`` are trimmed (``XADD ... MINID ~``) and an idle
   stream expires, so retention is bounded without a sweeper.
 - ``<prefix>p:<user>``: a Pub/Sub channel carrying every entry appended to the user's stream, as
@@ -77,8 +78,8 @@ def append_args(user_id: str, field: str, value: bytes | str) -> tuple:
     """Arguments of ``EVAL`` (sync or asyncio client, or a pipeline) appending ``{field: value}`` to the user's
     stream and publishing it on the user's channel, trimming entries past retention and refreshing the stream's
     expiry. EVAL rather than EVALSHA: nothing to reload after a Redis restart (Redis caches the compiled script)."""
-    if field not in ("e", "c"):
-        raise ValueError("field must be 'e' or 'c'")
+    if field not in ("e", "c", "i"):
+        raise ValueError("field must be 'e', 'c' or 'i'")
     minid = int(time.time() * 1000) - retention_ms()
     return (_APPEND, 2, stream_key(user_id), channel_key(user_id), field, value, minid, stream_ttl_seconds())
 
@@ -99,9 +100,20 @@ def encode_event(event: str, kind: str, data: dict[str, Any]) -> bytes:
     return json.dumps({"event": event, "kind": kind, "data": data}, separators=(",", ":")).encode()
 
 
+def payload_of(fields: dict[bytes, bytes]) -> bytes | None:
+    """The ``data:`` JSON a stream entry shows a client (None for a control message)."""
+    payload = fields.get(b"e")
+    if payload is None and b"i" in fields:
+        return INVALIDATE
+    return payload
+
+
 def stream_event(event: str, reason: str | None = None) -> bytes:
     """An event about the connection itself (``invalidate``, ``evicted``): never stored, so it carries no id."""
     return encode_event(event, STREAM_KIND, {"reason": reason} if reason else {})
+
+
+INVALIDATE = stream_event("invalidate")
 
 
 def valid_entry_id(value: str) -> bool:

@@ -6,6 +6,15 @@ from __future__ import annotations
 from rest_framework import serializers
 
 
+def _value_error() -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        choices=["undecryptable"],
+        required=False,
+        help_text="Present only when value is null because the stored value does not decrypt with the service's "
+        "keys (a key missing from MEMORY_ENCRYPTION_KEYS, or a damaged row). The other items are served.",
+    )
+
+
 class MemoryWriteResponse(serializers.Serializer):
     id = serializers.UUIDField()
     namespace = serializers.ListField(child=serializers.CharField())
@@ -23,7 +32,8 @@ class MemorySearchItem(serializers.Serializer):
     id = serializers.UUIDField()
     namespace = serializers.ListField(child=serializers.CharField())
     key = serializers.CharField()
-    value = serializers.DictField()
+    value = serializers.DictField(allow_null=True, help_text="null only with value_error")
+    value_error = _value_error()
     attributes = serializers.DictField(allow_null=True)
     score = serializers.FloatField(allow_null=True, help_text="Cosine similarity in [0, 1]; null in attribute mode")
     created_at = serializers.DateTimeField()
@@ -43,7 +53,8 @@ class MemoryEventItem(serializers.Serializer):
     key = serializers.CharField()
     kind = serializers.ChoiceField(choices=["add", "update", "delete", "expired"])
     occurred_at = serializers.DateTimeField()
-    value = serializers.DictField(allow_null=True)
+    value = serializers.DictField(allow_null=True, help_text="null for delete and expired events, or with value_error")
+    value_error = _value_error()
     attributes = serializers.DictField(allow_null=True)
 
 

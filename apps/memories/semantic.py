@@ -54,15 +54,10 @@ def search(
         memory = rows.get(neighbour.memory_id)
         if memory is None:  # deleted, superseded or expired since it was indexed
             continue
-        items.append(
-            {
-                "id": str(memory.id),
-                "namespace": memory.namespace,
-                "key": memory.key,
-                "value": selectors.decrypt_value(memory.value_ciphertext, VALUE_PURPOSE, memory.id),
-                "attributes": memory.attributes,
-                "score": similarity(neighbour.distance),
-                "created_at": isoformat(memory.created_at),
-            }
+        item = {"id": str(memory.id), "namespace": memory.namespace, "key": memory.key}
+        selectors.with_value(item, selectors.decrypt_value(memory.value_ciphertext, VALUE_PURPOSE, memory.id))
+        item.update(
+            attributes=memory.attributes, score=similarity(neighbour.distance), created_at=isoformat(memory.created_at)
         )
+        items.append(item)
     return items

@@ -69,7 +69,7 @@ class MemoriesView(APIView):
         tags=["memories"],
         summary="Read one memory",
         parameters=[_NS_PARAM, _KEY_PARAM],
-        responses={200: responses.MemoryResponse, **error_responses(400, 401, 403, 404)},
+        responses={200: responses.MemoryResponse, **error_responses(400, 401, 403, 404, 500)},
     )
     def get(self, request: Request) -> Response:
         namespace, key = _address(request)

@@ -87,6 +87,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 60)
 # The hot point statements run prepared (apps.core.db.prepared); false for a pooler that cannot keep them.
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
+# Outages (apps.core.db.base): a new connection fails after DB_CONNECT_TIMEOUT_SECONDS; the server cancels a
+# statement after DB_STATEMENT_TIMEOUT_SECONDS (0 = never; `manage.py migrate` runs without it); a statement the
+# server has not answered for DB_PROBE_AFTER_SECONDS makes the service check the server still accepts connections,
+# and one that does not (frozen, partitioned) fails the statement (503) instead of hanging; TCP connections also
+# fail when sent bytes stay unacknowledged for DB_TCP_USER_TIMEOUT_SECONDS.
+DB_CONNECT_TIMEOUT_SECONDS = env_int("DB_CONNECT_TIMEOUT_SECONDS", 3)
+DB_STATEMENT_TIMEOUT_SECONDS = float(env_str("DB_STATEMENT_TIMEOUT_SECONDS", "30"))
+DB_PROBE_AFTER_SECONDS = float(env_str("DB_PROBE_AFTER_SECONDS", "2"))
+DB_TCP_USER_TIMEOUT_SECONDS = float(env_str("DB_TCP_USER_TIMEOUT_SECONDS", "10"))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -311,6 +320,10 @@ EMBEDDING_HASH_DELAY_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_SECONDS", "0"
 # "kid:base64key,kid2:base64key": 32-byte AES-256 keys; the first encrypts, all decrypt (apps.core.crypto).
 # The embedded default generates one into DATA_DIR; production refuses to start without it.
 MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
+# /readyz names the key ids stored values are sealed with that the ring lacks: found by a scan of every encrypted
+# column's clear headers, at most once per this many seconds per process (apps.core.readiness).
+ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS = env_int("ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS", 300)
+ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS = env_int("ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS", 300)
 
 # --- Memory policies (D4) ---------------------------------------------------------------------------------------
 POLICY_ENGINE = env_str("POLICY_ENGINE", "embedded")  # embedded (regopy, in-process) | opa (sidecar REST Data API)

@@ -182,7 +182,11 @@ def test_tampered_blob_fails_to_download(client_for, attachment_dir, damage):
         chunks[2] = chunks[2][:40] + bytes([chunks[2][40] ^ 1]) + chunks[2][41:]
     blob.write_bytes(header + b"".join(chunks))
     response = bob.get(meta["href"])
-    assert response.status_code == 200  # headers go out before the body is read
+    if damage in ("swap", "drop_first"):
+        # The first piece is opened before any header goes out: a clear error instead of a cut body.
+        assert_error(response, 500, "undecryptable")
+        return
+    assert response.status_code == 200  # headers go out before the later chunks are read
     with pytest.raises(crypto.DecryptionError):
         body_of(response)
 
@@ -194,8 +198,7 @@ def test_blob_of_another_attachment_does_not_open(client_for, attachment_dir):
     first_blob = next(path for path in blobs(attachment_dir) if path.name == first["id"])
     second_blob = next(path for path in blobs(attachment_dir) if path.name == second["id"])
     second_blob.write_bytes(first_blob.read_bytes())
-    with pytest.raises(crypto.DecryptionError):
-        body_of(bob.get(second["href"]))
+    assert_error(bob.get(second["href"]), 500, "undecryptable")
 
 
 @pytest.mark.django_db

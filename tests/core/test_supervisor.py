@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from apps.core.supervisor import Supervisor, read_procfile
+from apps.core.supervisor import Server, Supervisor, read_procfile
 from tests.conftest import service_env
 from tests.live_service import listening_addresses
 
@@ -125,6 +125,33 @@ def test_a_killed_process_is_restarted_and_its_orphans_are_reaped(supervised, tm
     _wait(lambda: supervisor.children["pool"].pid not in (None, first), 10, "the restart")
     _wait(lambda: not any(_alive(pid) for pid in members), 10, "the old pool to be killed")
     assert _alive(supervisor.children["pool"].pid)
+
+
+def test_a_server_found_down_is_started_again_with_backoff_and_a_failed_start_is_retried(supervised, caplog):
+    """The embedded servers are daemons, not children: the supervisor polls them and starts one found down again
+    (issue 21 item 14), retrying a start that fails (its port still taken) after a longer backoff."""
+    caplog.set_level(logging.INFO, logger="apps.core.supervisor")
+    state = {"up": True, "starts": 0}
+
+    def start() -> None:
+        state["starts"] += 1
+        if state["starts"] == 1:
+            raise RuntimeError("port taken")
+        state["up"] = True
+
+    server = Server("fake", lambda: state["up"], start)
+    supervisor = supervised({"steady": "sleep 600"}, backoff_initial=0.1, servers={"fake": server})
+    steady = supervisor.children["steady"].pid
+    state["up"] = False
+    _wait(lambda: server.restarts == 1, 10, "the server to be started again")
+    assert state == {"up": True, "starts": 2}
+    messages = [(r.getMessage(), r.restart_in_seconds) for r in caplog.records if getattr(r, "server", None) == "fake"
+                and hasattr(r, "restart_in_seconds")]  # fmt: skip
+    assert messages == [
+        ("embedded server down; restarting after backoff", 0.1),
+        ("embedded server did not start; retrying after backoff", 0.2),
+    ]
+    assert supervisor.children["steady"].pid == steady  # the children are left alone
 
 
 def test_shutdown_stops_every_process_group_and_kills_what_ignores_sigterm(tmp_path):
@@ -228,13 +255,14 @@ class Up:
     """`manage.py up` in a subprocess with its own data directory (its own embedded PostgreSQL and Valkey);
     ``via_parent`` starts it under a shell standing in for `make`."""
 
-    def __init__(self, data_dir: Path, *, via_parent: bool = False) -> None:
+    def __init__(self, data_dir: Path, *, via_parent: bool = False, **extra_env: str) -> None:
         self.data_dir = data_dir
         self.port = _free_port()
         self.log = data_dir.parent / f"up-{self.port}.log"
         env = service_env(
             DJANGO_SETTINGS_MODULE="config.settings.embedded", DATA_DIR=str(data_dir), EMBEDDING_PROVIDER="hash",
             WEB_CONCURRENCY="1", CELERY_CONCURRENCY="1", LOG_LEVEL="INFO", LOG_FORMAT="json",
+            **extra_env,
         )
         command = [sys.executable, "manage.py", "up", "--port", str(self.port)]
         pidfile = data_dir.parent / f"up-{self.port}.pid"
@@ -374,4 +402,161 @@ def test_up_stops_everything_when_make_is_killed(up_data_dir):
         _wait(lambda: not _alive(postgres) and not _alive(valkey), 10, "embedded PostgreSQL and Valkey to stop")
         assert up.events("embedded services stopped"), up.tail()
     finally:
+        up.kill()
+
+
+# --- Outages under `make run` (issue 21 items 13 and 14) -------------------------------------------------------
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _bind_and_listen(sock: socket.socket, port: int) -> bool:
+    """Hold ``port`` so nothing else can listen on it, hanging up on whoever connects (as a port nobody serves
+    would refuse them: a listener that never answered would look like a frozen Redis instead)."""
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    sock.listen(16)
+
+    def hang_up() -> None:
+        while True:
+            try:
+                client, _ = sock.accept()
+            except OSError:
+                return  # closed: the port is released
+            client.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    return True
+
+
+def _release(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+    sock.close()
+
+
+def _call(method: str, url: str, token: str, body=None) -> tuple[int, dict]:
+    import requests
+
+    try:
+        response = requests.request(method, url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    except requests.RequestException:
+        return 0, {}
+    return response.status_code, (response.json() if response.content else {})
+
+
+def test_up_restarts_killed_valkey_and_stopped_postgres_in_place_and_nothing_stays_unindexed(up_data_dir):
+    """Valkey killed (and the worker with it): writes still succeed; Valkey comes back on its port and the restarted
+    worker uses it (no second Valkey); the open event stream gets one ``invalidate``; every memory and entry written
+    meanwhile is indexed without anyone doing anything. PostgreSQL stopped (SIGTERM, a smart shutdown the service's
+    sessions would hold up forever): restarted on the same socket, and the service answers 200 again by itself."""
+    import requests
+
+    from tests.events.conftest import SSEClient
+
+    up = Up(up_data_dir, MEMORY_EPISODIC_INDEXING_INTERVAL="1", CONVERSATION_INDEXING_INTERVAL="1")
+    stream = blocker = None
+    try:
+        up.wait_healthy()
+        base = f"http://127.0.0.1:{up.port}"
+        token = requests.post(
+            f"{base}/dev-idp/token", timeout=10,
+            data={"grant_type": "password", "client_id": settings.DEV_IDP_CLIENT_ID,
+                  "client_secret": settings.DEV_IDP_CLIENT_SECRET, "username": "alice", "password": "alice"},
+        ).json()["access_token"]  # fmt: skip
+        # Only `up` starts embedded servers: web, worker and beat get its URLs.
+        urls = {name: _environ(up.pid_of(name)) for name in ("web", "worker", "beat")}
+        redis_url = urls["web"]["REDIS_URL"]
+        assert {env["REDIS_URL"] for env in urls.values()} == {redis_url}
+        assert len({env["DATABASE_URL"] for env in urls.values()}) == 1
+        valkey_port = int((up_data_dir / "valkey" / "port").read_text())
+        assert redis_url.endswith(f":{valkey_port}/0")
+        postgres, valkey = up.embedded_pids()
+        stream = SSEClient(type("Server", (), {"port": up.port})(), "/v1/events", {"Authorization": f"Bearer {token}"})
+        assert stream.status == 200
+        status, conversation = _call("POST", f"{base}/v1/conversations", token, {"title": "outage"})
+        assert status == 201, conversation
+        # The stream is live: it gets the new conversation's two events (the conversation, the owner's membership).
+        assert {stream.next(timeout=10).data["kind"] for _ in range(2)} == {"conversation", "membership"}
+
+        worker = up.pid_of("worker")
+        os.kill(valkey, signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
+        # Valkey's port is held (as another program might take it) until every write below is done, so they all
+        # happen while it is down (a supervisor's retry meanwhile meets a taken port and backs off).
+        blocker = socket.socket()
+        blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        _wait(lambda: _bind_and_listen(blocker, valkey_port), 10, "Valkey's port to be released")
+        texts = [f"outage note {index} about lighthouses" for index in range(5)]
+        for index, text in enumerate(texts):
+            status, body = _call("PUT", f"{base}/v1/memories", token, {
+                "namespace": ["user", "alice", "outage"], "key": f"k{index}", "value": {"text": text},
+                "index": {"text": text}})  # fmt: skip
+            assert status == 200, body
+            status, body = _call("POST", f"{base}/v1/conversations/{conversation['id']}/entries", token,
+                                 {"content": [{"role": "USER", "text": text}]})
+            assert status == 201, body
+        # The premise of "one invalidate": every missed write precedes Valkey's return by more than the 0.5 s the
+        # hub allows between clocks (a write after it would rightly get an invalidate of its own).
+        last_write = time.monotonic()
+        _wait(lambda: time.monotonic() - last_write > 0.6, 5, "the clock margin to pass")
+        _release(blocker)
+
+        _wait(lambda: any(e["server"] == "valkey" for e in up.events("embedded server restarted")), 60, "Valkey back")
+        assert int((up_data_dir / "valkey" / "port").read_text()) == valkey_port
+        assert up.embedded_pids()[1] != valkey
+        _wait(lambda: up.pid_of("worker") not in (None, worker), 30, "the worker to be restarted")
+        assert _environ(up.pid_of("worker"))["REDIS_URL"] == redis_url  # the same Valkey, never a second one
+
+        invalidate = stream.next(timeout=30)
+        assert invalidate.data == {"event": "invalidate", "kind": "stream", "data": {}}
+
+        def all_indexed() -> bool:
+            status, found = _call("POST", f"{base}/v1/memories/search", token, {
+                "namespace_prefix": ["user", "alice", "outage"], "query": "lighthouses", "limit": 10})  # fmt: skip
+            status_u, unindexed = _call("GET", f"{base}/v1/conversations/unindexed?limit=200", token)
+            pending = [item for item in unindexed.get("data", []) if item["conversationId"] == conversation["id"]]
+            return status == 200 and len(found["items"]) == len(texts) and status_u == 200 and not pending
+
+        _wait(all_indexed, 60, "every memory and entry written while Valkey was down to be indexed")
+
+        # The stream goes on with exactly that one invalidate before the next event.
+        status, entry = _call("POST", f"{base}/v1/conversations/{conversation['id']}/entries", token,
+                              {"content": [{"role": "USER", "text": "after the outage"}]})
+        assert status == 201
+        following = []
+        while not following or following[-1].data.get("kind") != "entry":
+            try:
+                following.append(stream.next(timeout=10))
+            except TimeoutError:
+                pytest.fail(f"no entry event after the outage; got {[m.data for m in following]}\n{up.tail()}")
+        assert [m.data["event"] for m in following[:-1]] == [], [m.data for m in following]
+        assert following[-1].data["data"]["entryId"] == entry["id"]
+
+        os.kill(postgres, signal.SIGTERM)  # a smart shutdown: it waits for every session to end
+        statuses = []
+
+        def postgres_back() -> bool:
+            statuses.append(_call("GET", f"{base}/v1/memories?ns=user&ns=alice&ns=outage&key=k0", token)[0])
+            return any(e["server"] == "postgres" for e in up.events("embedded server restarted"))
+
+        _wait(postgres_back, 60, "PostgreSQL back")
+        assert 503 in statuses and set(statuses) <= {200, 503}, statuses  # unavailable meanwhile, never a 500
+        assert up.embedded_pids()[0] != postgres
+        _wait(lambda: _call("GET", f"{base}/readyz", token)[0] == 200, 30, "/readyz 200 again")
+        status, body = _call("GET", f"{base}/v1/memories?ns=user&ns=alice&ns=outage&key=k0", token)
+        assert status == 200 and body["value"] == {"text": texts[0]}
+    finally:
+        if stream is not None:
+            stream.close()
+        if blocker is not None:
+            _release(blocker)
+        up.process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            up.process.wait(60)
         up.kill()

@@ -4,6 +4,7 @@ is back (events published meanwhile are gone), then keep receiving; the hub's re
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis
@@ -100,6 +101,33 @@ def test_a_user_id_no_redis_key_can_hold_never_poisons_the_reader(valkey):
         payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "after"})
         redis.Redis.from_url(valkey.url).eval(*streams.append_args("hub-user-3", "e", payload))
         assert (await _next_event(subscriber)).payload == payload
+        hub.unregister(subscriber)
+
+    asyncio.run(scenario())
+
+
+def test_after_a_redis_restart_a_publishers_owed_invalidate_is_not_sent_twice(valkey):
+    """The hub's own invalidate after the restart already covers events the publishers missed before it; one they
+    missed after it (the client may have refetched before that write) is still delivered, resumable."""
+
+    async def scenario() -> None:
+        hub = hub_module.get_hub()
+        subscriber = hub_module.Subscriber(user_id="hub-user-4", kinds=None)
+        await hub.register(subscriber)
+        missed_before = int(time.time() * 1000)
+        await asyncio.sleep(0.6)  # more than the clock margin between the missed write and the restart
+        valkey.stop()
+        valkey.start()
+        assert (await _next_event(subscriber)).payload == streams.INVALIDATE
+        client = redis.Redis.from_url(valkey.url)
+        client.eval(*streams.append_args("hub-user-4", "i", str(missed_before)))
+        missed_after = int(time.time() * 1000) + 1000
+        client.eval(*streams.append_args("hub-user-4", "i", str(missed_after)))
+        owed = await _next_event(subscriber)
+        assert owed.payload == streams.INVALIDATE and owed.entry_id  # the later one, with its stream id
+        after = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "after"})
+        client.eval(*streams.append_args("hub-user-4", "e", after))
+        assert (await _next_event(subscriber)).payload == after
         hub.unregister(subscriber)
 
     asyncio.run(scenario())

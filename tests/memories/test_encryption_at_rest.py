@@ -65,7 +65,7 @@ def test_ciphertext_copied_to_another_row_does_not_decrypt(client_for, caplog):
     bob.raise_request_exception = False
     response = _get(bob, "b")
     assert response.status_code == 500
-    assert response.json()["code"] == "internal_error"
+    assert response.json()["code"] == "undecryptable"  # documented, not internal_error (issue 21 item 11)
     assert b"value of a" not in response.content
     with pytest.raises(crypto.DecryptionError):
         crypto.decrypt(bytes(a.value_ciphertext), purpose="memory.value", row_id=str(Memory.objects.get(key="b").id))

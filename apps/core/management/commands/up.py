@@ -1,6 +1,11 @@
 """`make run`: migrate, then run web + worker + beat (the Procfile) under a supervisor that restarts a process that
 dies, and stop the embedded servers this command started however it ends: Ctrl-C (SIGINT), SIGTERM, SIGHUP, a
-fatal error or an exception (a ``finally``, signal handlers and ``atexit`` all lead to the same idempotent stop)."""
+fatal error or an exception (a ``finally``, signal handlers and ``atexit`` all lead to the same idempotent stop).
+
+Only this command starts embedded servers: it hands their URLs to web, worker and beat (``DATABASE_URL``,
+``REDIS_URL``), so a child restarted while one is down never starts a second one of its own, and every process
+agrees on one PostgreSQL and one Valkey. The supervisor restarts the embedded servers this command started, on the
+same address."""
 
 from __future__ import annotations
 
@@ -17,8 +22,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import connections
 
-from apps.core.supervisor import Supervisor, read_procfile, stop_with_parent
+from apps.core.supervisor import Server, Supervisor, read_procfile, stop_with_parent
 from config import embedded_services
 
 logger = logging.getLogger("apps.core.up")
@@ -65,11 +71,15 @@ class Command(BaseCommand):
         try:
             started = time.monotonic()
             call_command("migrate", interactive=False, verbosity=0)
+            # Nothing here uses the database again: an idle session held open would keep a PostgreSQL smart
+            # shutdown (SIGTERM) from ever finishing.
+            connections.close_all()
             self.stdout.write(f"database ready ({time.monotonic() - started:.1f}s)")
             supervisor = Supervisor(
                 processes=read_procfile(Path(settings.BASE_DIR) / "Procfile"),
                 env=self._environment(port),
                 cwd=Path(settings.BASE_DIR),
+                servers=self._embedded_servers(),
             )
             self._banner(port)
             supervisor.run()
@@ -80,9 +90,23 @@ class Command(BaseCommand):
             stop_embedded_services()
             self.stdout.write("stopped")
 
+    @staticmethod
+    def _embedded_servers() -> dict[str, Server]:
+        """The embedded servers this command started (not one it found running, nor an external one)."""
+        servers = {}
+        if "postgres" in embedded_services.started_here:
+            servers["postgres"] = Server("postgres", embedded_services.postgres_up, embedded_services.restart_postgres)
+        if "valkey" in embedded_services.started_here:
+            servers["valkey"] = Server("valkey", embedded_services.valkey_up, embedded_services.restart_valkey)
+        return servers
+
     def _environment(self, port: int) -> dict[str, str]:
         env = os.environ.copy()
         env["PORT"] = str(port)
+        # The servers this process uses (embedded ones it started or found, or the configured ones): a child never
+        # starts an embedded server of its own.
+        env["DATABASE_URL"] = settings.DATABASE_URL
+        env["REDIS_URL"] = settings.REDIS_URL
         # The Procfile names gunicorn and celery: take them from this interpreter's virtualenv.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         # Each gunicorn worker and Celery process writes its metrics here; /metrics aggregates them.
