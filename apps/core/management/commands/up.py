@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.supervisor import Supervisor, read_procfile, stop_with_parent
 from config import embedded_services
@@ -66,6 +67,7 @@ class Command(BaseCommand):
             started = time.monotonic()
             call_command("migrate", interactive=False, verbosity=0)
             self.stdout.write(f"database ready ({time.monotonic() - started:.1f}s)")
+            self._prepare_embeddings()
             supervisor = Supervisor(
                 processes=read_procfile(Path(settings.BASE_DIR) / "Procfile"),
                 env=self._environment(port),
@@ -79,6 +81,29 @@ class Command(BaseCommand):
                 supervisor.shutdown()
             stop_embedded_services()
             self.stdout.write("stopped")
+
+    def _prepare_embeddings(self) -> None:
+        """Check the embedding devices and make the local model's ONNX export (once, cached) before the web server
+        and the worker start, so they load it instead of racing to make it; torch runs in a subprocess only."""
+        from apps.core import startup
+        from apps.core.embeddings import EmbeddingError, get_provider
+        from apps.core.embeddings.local import LocalEmbeddingProvider
+
+        provider = get_provider()
+        if not isinstance(provider, LocalEmbeddingProvider):
+            return
+        started = time.monotonic()
+        ready = []
+        for purpose in ("queries", "documents"):
+            try:
+                startup.check_embedding_device(purpose)
+                path = provider.prepare(purpose, progress=self.stdout.write)
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from exc
+            except EmbeddingError as exc:
+                raise CommandError(f"the local embedding model cannot be used: {exc}") from exc
+            ready.append(f"{purpose} on {provider.runtime(purpose).device} ({path.name if path else 'torch'})")
+        self.stdout.write(f"embedding model ready: {'; '.join(ready)} ({time.monotonic() - started:.1f}s)")
 
     def _environment(self, port: int) -> dict[str, str]:
         env = os.environ.copy()
