@@ -474,3 +474,21 @@ def test_local_batched_query_vectors_match_lone_encodes(minilm: local_module.Loc
         worker.join()
     for text, vector in zip(texts, alone, strict=True):
         assert max(abs(a - b) for a, b in zip(vector, together[text], strict=True)) < 1e-5
+
+
+def test_the_model_code_imports_without_django() -> None:
+    """bench/embeddings_gpu.py runs the provider on a GPU machine that has the ML stack but not Django."""
+    import subprocess
+
+    from django.conf import settings
+
+    script = (
+        "import sys; sys.modules['django'] = None\n"
+        "from apps.core.embeddings import minilm, onnx_export\n"
+        "from apps.core.embeddings.local import LocalEmbeddingProvider\n"
+        "provider = LocalEmbeddingProvider(backend='torch', device='cuda', precision='fp16', batch_size=512)\n"
+        "print(len(provider.chunk('word ' * 1000)), provider.documents.device, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["11", "cuda", "False"]

