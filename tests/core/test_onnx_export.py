@@ -116,3 +116,41 @@ def test_processes_starting_together_share_one_real_export(tmp_path) -> None:
     # Only the exporting process imported torch.
     assert sorted("TORCH True" in out for out, _ in outputs) == [False, False, True]
     assert len(list(tmp_path.glob("*.onnx"))) == 1
+
+
+def test_manage_py_up_exports_before_it_starts_the_processes(tmp_path, settings, monkeypatch) -> None:
+    """`make run`'s start-up step: the export is made (in a subprocess) with a progress line before the supervisor
+    starts anything, once; a GPU that cannot run stops `up` with the reason."""
+    from io import StringIO
+
+    from django.core.management.base import CommandError
+
+    from apps.core import embeddings
+    from apps.core.management.commands.up import Command
+
+    made: list[Path] = []
+
+    def export_in_subprocess(cache_dir: Path, model_dir: Path) -> Path:
+        made.append(cache_dir)
+        path = onnx_export.export_path(cache_dir, model_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"onnx")
+        return path
+
+    monkeypatch.setattr(onnx_export, "export_in_subprocess", export_in_subprocess)
+    settings.EMBEDDING_PROVIDER = "local"
+    settings.EMBEDDING_ONNX_DIR = tmp_path
+    out = StringIO()
+    command = Command(stdout=out)
+    command._prepare_embeddings()
+    command._prepare_embeddings()  # a second start finds the export
+    lines = out.getvalue().splitlines()
+    assert made == [tmp_path]
+    assert lines[0].startswith(f"exporting all-MiniLM-L6-v2 to ONNX under {tmp_path}")
+    assert lines[1].startswith("embedding model ready: queries on cpu (all-MiniLM-L6-v2-") and "documents on cpu" in lines[1]
+    assert len(lines) == 3 and lines[2].startswith("embedding model ready")
+
+    settings.EMBEDDING_DEVICE = "cuda"
+    with pytest.raises(CommandError, match="embedding device 'cuda' is not available on this machine"):
+        command._prepare_embeddings()
+    embeddings.reset_provider()

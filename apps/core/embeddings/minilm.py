@@ -361,8 +361,9 @@ class TorchEncoder(Encoder):
         if precision == "fp16":
             model.half()
         model.eval()
-        if model.get_embedding_dimension() != DIMENSION:
-            raise EmbeddingError(f"{MODEL_NAME} at {files.path} has dimension {model.get_embedding_dimension()}")
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        if dimension() != DIMENSION:
+            raise EmbeddingError(f"{MODEL_NAME} at {files.path} has dimension {dimension()}")
         self.model = model
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
