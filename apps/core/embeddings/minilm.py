@@ -55,9 +55,10 @@ _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 # Texts per forward pass when the caller does not say: a GPU needs hundreds to be busy.
 DEFAULT_BATCH_SIZE = {"cpu": 64, "cuda": 256}
 # On the CPU, onnxruntime's forward passes also stop at this many padded tokens. Measured on a 2-vCPU VM, one thread,
-# 600 memory-sized texts: 2.9 s of CPU with passes of 256-512 tokens, 3.5 s at 1,024, 4.4 s at 2,048, and 17-28 s
-# for 800 texts in passes of 64-128 texts. Larger passes outgrow the CPU caches, and their activations (over
-# tune_malloc's 4 MiB mmap threshold) are fresh zero-filled pages every time: 170k-250k page faults against none.
+# CPU seconds for 600 memory-sized texts: 2.9 with passes of at most 256 or 512 tokens, 3.5 at 1,024, 4.4 at 2,048;
+# for 800 texts in passes of 8, 64 and 128 texts with no token bound: 5.2, 17 and 28. Larger passes outgrow the CPU
+# caches, and their activations (above tune_malloc's 4 MiB mmap threshold) are fresh zero-filled pages on every
+# pass: 170k-250k page faults at 1,024-2,048 tokens, almost none at 512.
 CPU_BATCH_TOKENS = 512
 
 
@@ -293,6 +294,9 @@ class OnnxEncoder(Encoder):
             self.session = ort.InferenceSession(str(onnx_path), options, providers=providers)
         except Exception as exc:
             raise EmbeddingError(f"onnxruntime could not load {onnx_path}: {exc}") from exc
+        if device != "cpu" and self.session.get_providers()[0] != "CUDAExecutionProvider":
+            # onnxruntime-gpu falls back to the CPU, with a warning only, when the CUDA libraries or the GPU are missing.
+            raise DeviceUnavailable(f"onnxruntime could not use {device} (providers: {self.session.get_providers()})")
         self.onnx_path = Path(onnx_path)
         self.threads = threads
         self._tokenizer = files.tokenizer(truncate=True)
