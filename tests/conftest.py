@@ -15,6 +15,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from config import embedded_services
+from tests import database
 from tests.live_service import LiveService
 
 # The key seeded from API_KEYS in config/settings/test.py; its client is "test-client".
@@ -23,6 +24,10 @@ TEST_API_CLIENT = "test-client"
 
 # Tokens minted per (user, roles, issuer, key) for the whole session: signing RSA per request would dominate runtime.
 _token_cache: dict[tuple[Any, ...], tuple[str, int]] = {}
+
+
+# After each transactional test the tables are emptied by tests.database.empty_tables, not by a flush.
+database.install()
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
