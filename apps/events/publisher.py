@@ -138,9 +138,3 @@ def _remember(users: list[str]) -> None:
             logger.error("too many users missed events to remember; some clients will not be told to refetch")
         _missed.update(users[: max(room, 0)])
 
-
-def reset_for_tests() -> None:
-    global _paused_until
-    with _lock:
-        _missed.clear()
-    _paused_until = 0.0
