@@ -164,6 +164,19 @@ def test_openapi_describes_the_stream(api):
     assert operation["operationId"] == "events_stream" and operation["security"]
 
 
+def test_only_the_asgi_consumer_serves_the_stream(client_for):
+    """Django's own application (WSGI, the test client) has no /v1/events: config.asgi routes it to the Channels
+    consumer before Django, and a second implementation with other semantics (no token expiry, no connection limit)
+    must not come back."""
+    response = client_for("bob").get("/v1/events")
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
+
+    from apps.events.consumer import EventStreamConsumer
+    from apps.events.routing import native_routes  # what config.asgi serves before Django
+
+    assert native_routes["/v1/events"].consumer_class is EventStreamConsumer
+
+
 def test_an_append_over_http_publishes_once_its_response_is_out(client_for, monkeypatch):
     """The events of a write request are sent when the server closes its response (request_finished), not inside
     the view: the response never waits for Redis or for the fan-out."""
