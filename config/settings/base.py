@@ -167,6 +167,7 @@ SPECTACULAR_SETTINGS = {
     # Every error the shared layers raise is documented with D1's body; tests/fuzz holds the schema to it.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.events.schema.add_event_stream",  # served by the ASGI consumer: no view to describe
         "apps.core.schema_honesty.postprocess_schema",
         "apps.memories.openapi.namespace_depth_hook",
     ],
