@@ -4,7 +4,23 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8080
 
-.PHONY: run test install install-dev lint bench-memories bench-conversations bench-conversation-search services-stop clean-data
+# torch: PyPI's Linux wheel is the CUDA build, gigabytes of nvidia-* wheels for a service that embeds on the CPU
+# (a GPU worker is the exception: README, scaling). So on Linux torch is installed first, alone, with PyTorch's CPU
+# wheel index as an extra source (TORCH_VARIANT=cpu, the default): its `2.13.0+cpu` sorts above PyPI's `2.13.0` and
+# wins. TORCH_VARIANT=cuda keeps PyPI's CUDA build; TORCH_VARIANT=cu128 (etc.) takes PyTorch's index for that CUDA.
+# A torch already installed at the pin is kept, and a local CPU wheel pip already finds (find-links) satisfies the
+# pin too: the extra index only adds a source, so an offline machine still installs.
+TORCH_VARIANT   ?= cpu
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/$(TORCH_VARIANT)
+ifeq ($(TORCH_VARIANT),cuda)
+TORCH_PIP_OPTIONS :=
+else ifneq ($(shell uname -s),Linux)
+TORCH_PIP_OPTIONS :=
+else
+TORCH_PIP_OPTIONS := --extra-index-url $(TORCH_INDEX_URL)
+endif
+
+.PHONY: run test install install-dev lint bench-memories bench-conversations bench-conversation-search services-stop clean-data torch-pip-options
 
 run: $(VENV)/.installed
 	$(BIN)/python manage.py up --port $(PORT)
@@ -19,9 +35,14 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: $(VENV)/bin/python requirements/base.txt $(wildcard requirements/embeddings.txt)
+$(VENV)/.installed: $(VENV)/bin/python requirements/base.txt requirements/embeddings.txt requirements/torch.txt
+	$(BIN)/pip install --quiet --no-deps $(TORCH_PIP_OPTIONS) -r requirements/torch.txt
 	$(BIN)/pip install --quiet -r requirements/base.txt
 	touch $@
+
+# The pip options the torch step uses (tests/core/test_install.py resolves the requirements with them).
+torch-pip-options:
+	@echo $(TORCH_PIP_OPTIONS)
 
 $(VENV)/.installed-dev: $(VENV)/.installed requirements/dev.txt requirements/clients.txt clients/python/pyproject.toml
 	$(BIN)/pip install --quiet -r requirements/dev.txt

@@ -10,7 +10,8 @@ For each data set size (``--sizes``, default 10k and 100k), on a private databas
   - embedding excluded: ``vector_index.nearest_memories`` (the ANN query alone) and ``semantic.search`` (scope
     policy + ANN + fetch and decrypt), in-process, with precomputed query vectors;
   - embedding included: ``semantic.search`` in-process with the local model, and ``POST /v1/memories/search``
-    over HTTP against the real server (gunicorn, as the Procfile starts it) with real query texts;
+    over HTTP against the real server (gunicorn, as the Procfile starts it) with real query texts; with
+    ``--backend onnx,torch`` once per runtime of the local model, side by side (a server each, interleaved);
   - LangGraph's ``PostgresStore`` (langgraph-checkpoint-postgres, HNSW index) on its own database of the same
     server, holding the same data, searched the same ways (in-process; it has no server);
 * an ``hnsw.ef_search`` sweep at the largest size (the service's knob: MEMORY_VECTOR_EF_SEARCH);
@@ -269,6 +270,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="concurrent HTTP clients per search scope, comma-separated (default 1,16: the issue's two loads)",
     )
     parser.add_argument("--no-http", action="store_true", help="skip HTTP search, index lag (no server, no worker)")
+    parser.add_argument(
+        "--backend", default="onnx",
+        help="the local model's runtimes to measure side by side (EMBEDDING_BACKEND), comma-separated, e.g. onnx,torch\n"
+             "(default onnx): an in-process row and an HTTP server each, the HTTP runs interleaved case by case",
+    )
     parser.add_argument("--wait-other-bench", type=float, default=1800, help="seconds to wait for a running bench/memories.py (default 1800)")
     parser.add_argument("--seed", type=int, default=1, help="data generator seed")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2k memories, few queries (2-3 minutes)")
@@ -281,6 +287,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args.ef_sweep = [int(value) for value in str(args.ef_sweep).split(",") if value]
     args.threshold_sweep = [int(value) for value in str(args.threshold_sweep).split(",") if value]
     args.http_concurrency = [int(value) for value in str(args.http_concurrency).split(",") if value]
+    args.backend = [value for value in str(args.backend).split(",") if value]
+    if not args.backend or any(value not in ("onnx", "torch") for value in args.backend):
+        parser.error("--backend takes onnx and/or torch, e.g. onnx,torch")
     if not args.http_concurrency or min(args.http_concurrency) < 1:
         parser.error("--http-concurrency takes positive client counts, e.g. 1,16")
     try:
@@ -588,7 +597,7 @@ def statement_split(provider: Any, vectors: dict[str, list[float]], scope: Any, 
 
 
 def measure_ours(
-    args: argparse.Namespace, data: DataSet, texts: list[str], local: Any
+    args: argparse.Namespace, data: DataSet, texts: list[str], locals_: dict[str, Any]
 ) -> tuple[list[Case], dict[str, Any]]:
     """Per scope: the exact ground truth, then embedding excluded (nearest_memories alone; semantic.search with
     the query vector precomputed) and included (semantic.search with the local model), recall against exact."""
@@ -637,12 +646,13 @@ def measure_ours(
             )
             return [uuid.UUID(item["id"]) for item in items]
 
-        with patched_provider(local):
-            samples, found = timed(q, args.max_seconds, search_text, args.recall_queries, warmup=5)
-        value, n = mean_recall(found, truth)
-        cases.append(Case(data.size, variant.name, "ours", "semantic.search + local model, in-process", "included",
-                          samples, value, n, plan_label(plan)))
-        for case in cases[-4:]:
+        for backend, local in locals_.items():
+            with patched_provider(local):
+                samples, found = timed(q, args.max_seconds, search_text, args.recall_queries, warmup=5)
+            value, n = mean_recall(found, truth)
+            cases.append(Case(data.size, variant.name, "ours", f"semantic.search + local model ({backend}), in-process",
+                              "included", samples, value, n, plan_label(plan), {"backend": backend}))
+        for case in cases[-(3 + len(locals_)):]:
             h.log(f"{data.size:>7} {variant.name:<22} {case.path:<43} p50={case.ms(50):7.2f} p95={case.ms(95):7.2f} ms "
                   f"recall@10={h.fmt(case.recall, 3)} [{case.plan}] {split if case.path.startswith('nearest') else ''}")
     scopes_rows = {
@@ -922,12 +932,18 @@ def celery_worker(database_url: str, env_extra: dict[str, str], log_path: Path) 
         h.log(f"celery worker stopped (exit {process.returncode})")
 
 
-def measure_http(args: argparse.Namespace, server: h.WebServer, token: str, data: DataSet, ground: dict[str, Any]) -> list[Case]:
+def measure_http(
+    args: argparse.Namespace, servers: dict[str, h.WebServer], data: DataSet, ground: dict[str, Any]
+) -> list[Case]:
+    """``POST /v1/memories/search`` against one server per backend (``servers``), the backends back to back for each
+    scope and concurrency, so both see the same machine state."""
     texts: list[str] = ground["texts"]
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = {backend: {"Authorization": f"Bearer {h.mint_token(server.base_url, USER, PASSWORD)}"}
+               for backend, server in servers.items()}  # fmt: skip
     # CPU per search, split by process: what bounds throughput at concurrency (the query's embedding in the web
     # workers, the ANN walk in PostgreSQL), next to the client's share to show it is not the bottleneck.
-    cpu = h.CpuMeter({"web": server.process.pid, "postgres": h.postmaster_pid()})
+    meters = {backend: h.CpuMeter({"web": server.process.pid, "postgres": h.postmaster_pid()})
+              for backend, server in servers.items()}  # fmt: skip
     cases = []
     for variant in VARIANTS:
         found: dict[int, list[Any]] = {}
@@ -940,30 +956,47 @@ def measure_http(args: argparse.Namespace, server: h.WebServer, token: str, data
             if i < args.recall_queries:
                 found[i] = [uuid.UUID(item["id"]) for item in items]
 
-        h.run_load("warm-up", lambda _i, c=call: h.HttpWorker(server.base_url, headers, c), concurrency=1,
-                   requests=10, max_seconds=30)
+        for backend, server in servers.items():
+            h.run_load("warm-up", lambda _i, c=call, s=server, b=backend: h.HttpWorker(s.base_url, headers[b], c),
+                       concurrency=1, requests=10, max_seconds=30)  # fmt: skip
         for concurrency in args.http_concurrency:
-            found.clear()
-            # At concurrency c the server batches concurrent queries' embeddings: enough requests that the first
-            # and last c (a ramp, not the steady state) are a small share of the samples.
-            requests = max(args.http_requests, 25 * concurrency)
-            result = h.run_load(
-                f"http {variant.name} c{concurrency}", lambda _i, c=call: h.HttpWorker(server.base_url, headers, c),
-                concurrency=concurrency, requests=requests, max_seconds=args.max_seconds, cpu=cpu,
-            )
-            if result.errors:
-                raise h.BenchError(f"HTTP search ({variant.name}): {result.errors} failed, e.g. {result.error_samples}")
-            value, n = mean_recall(found, ground["truth"][variant.name])
-            cpu_ms = {name: round(percent / 100 * result.wall / max(result.completed, 1) * 1000, 2)
-                      for name, percent in result.cpu_percent.items()}
-            path = "HTTP POST /v1/memories/search (server embeds)" + (f", {concurrency} clients" if concurrency > 1 else "")
-            cases.append(Case(data.size, variant.name, "ours", path, "included", result.latencies, value, n, "",
-                              {"timed_out": result.timed_out, "concurrency": concurrency,
-                               "throughput_per_s": round(result.throughput, 1), "cpu_ms_per_search": cpu_ms}))
-            h.log(f"{data.size:>7} {variant.name:<20} {'HTTP c' + str(concurrency):<45} p50={result.ms(50):7.2f} "
-                  f"p95={result.ms(95):7.2f} ms {result.throughput:6.1f}/s recall@10={h.fmt(value, 3)} CPU ms per "
-                  f"search: " + ", ".join(f"{name} {ms}" for name, ms in cpu_ms.items()))
+            for backend, server in servers.items():
+                found.clear()
+                # At concurrency c the server batches concurrent queries' embeddings: enough requests that the first
+                # and last c (a ramp, not the steady state) are a small share of the samples.
+                requests = max(args.http_requests, 25 * concurrency)
+                result = h.run_load(
+                    f"http {variant.name} c{concurrency} {backend}",
+                    lambda _i, c=call, s=server, b=backend: h.HttpWorker(s.base_url, headers[b], c),
+                    concurrency=concurrency, requests=requests, max_seconds=args.max_seconds, cpu=meters[backend],
+                )
+                if result.errors:
+                    raise h.BenchError(f"HTTP search ({variant.name}, {backend}): {result.errors} failed, e.g. {result.error_samples}")
+                value, n = mean_recall(found, ground["truth"][variant.name])
+                cpu_ms = {name: round(percent / 100 * result.wall / max(result.completed, 1) * 1000, 2)
+                          for name, percent in result.cpu_percent.items()}
+                path = f"HTTP POST /v1/memories/search (server embeds, {backend})" + (f", {concurrency} clients" if concurrency > 1 else "")
+                cases.append(Case(data.size, variant.name, "ours", path, "included", result.latencies, value, n, "",
+                                  {"timed_out": result.timed_out, "concurrency": concurrency, "backend": backend,
+                                   "throughput_per_s": round(result.throughput, 1), "cpu_ms_per_search": cpu_ms}))
+                h.log(f"{data.size:>7} {variant.name:<20} {'HTTP c' + str(concurrency) + ' ' + backend:<45} p50={result.ms(50):7.2f} "
+                      f"p95={result.ms(95):7.2f} ms {result.throughput:6.1f}/s recall@10={h.fmt(value, 3)} CPU ms per "
+                      f"search: " + ", ".join(f"{name} {ms}" for name, ms in cpu_ms.items()))
     return cases
+
+
+def web_memory(server: h.WebServer, backend: str, size: int) -> dict[str, Any]:
+    """PSS of the web server's processes (gunicorn's master and workers) after the searches, and whether any maps
+    libtorch. "alone": as if nothing else ran (each page they map counted once among them; needs root)."""
+    pids = h.process_tree(server.process.pid)
+    alone = h.pss_alone_mb(pids)
+    return {
+        "size": size, "backend": backend, "processes": len(pids),
+        "pss_mb": round(sum(h.smaps_rollup(pid).get("Pss", 0) for pid in pids) / 1024, 1),
+        "pss_alone_mb": round(sum(alone.values()), 1) if alone else None,
+        "libtorch": any(h.maps_library(pid, "libtorch") for pid in pids),
+        "onnxruntime": any(h.maps_library(pid, "libonnxruntime") for pid in pids),
+    }
 
 
 def measure_lag(args: argparse.Namespace, server: h.WebServer, token: str, sentences: list[str]) -> dict[str, Any]:
@@ -1103,11 +1136,22 @@ def report(info: dict[str, Any], results: dict[str, Any], notes: list[str]) -> s
         out += ["", "HTTP searches: throughput and CPU per search by process (what bounds throughput under load):", ""]
         out.append(
             h.markdown_table(
-                ["size", "scope", "clients", "searches/s", "CPU ms per search: web / PostgreSQL / client"],
-                [[f"{c['size']:,}", c["scope"], c["concurrency"], h.fmt(c["throughput_per_s"], 1),
+                ["size", "scope", "backend", "clients", "p50 / p95 ms", "searches/s", "CPU ms per search: web / PostgreSQL / client"],
+                [[f"{c['size']:,}", c["scope"], c.get("backend", "-"), c["concurrency"],
+                  f"{h.fmt(c['p50_ms'])} / {h.fmt(c['p95_ms'])}", h.fmt(c["throughput_per_s"], 1),
                   " / ".join(h.fmt(c["cpu_ms_per_search"].get(k)) for k in ("web", "postgres", "client"))]
                  for c in loaded],
-                align="rlrrr",
+                align="rllrrrr",
+            )
+        )
+    if results.get("web_memory"):
+        out += ["", "Web server memory after the HTTP searches (gunicorn master + workers):", ""]
+        out.append(
+            h.markdown_table(
+                ["size", "backend", "processes", "PSS MB", "PSS alone MB", "maps libtorch", "maps onnxruntime"],
+                [[f"{m['size']:,}", m["backend"], m["processes"], h.fmt(m["pss_mb"], 1), h.fmt(m["pss_alone_mb"], 1),
+                  "yes" if m["libtorch"] else "no", "yes" if m["onnxruntime"] else "no"] for m in results["web_memory"]],
+                align="rlrrrll",
             )
         )
     out += ["", "Data and index per size:", ""]
@@ -1206,6 +1250,8 @@ def main(argv: Sequence[str]) -> int:
     local = get_provider()
     if local.name != "local" or local.dimension != DIMENSION:
         raise h.BenchError(f"this benchmark needs EMBEDDING_PROVIDER=local (384 dims), got {local!r}")
+    locals_ = {backend: backend_provider(backend) for backend in args.backend}
+    local = locals_[args.backend[0]]
     model = vector_index.model_tag(local)
     if vector_index.model_tag(stub_provider({})) != model:
         raise h.BenchError("the precomputed-vector provider's model tag differs from the local provider's")
@@ -1228,7 +1274,7 @@ def main(argv: Sequence[str]) -> int:
         shared_buffers=_show(database_url, "shared_buffers"),
         hnsw_defaults=_defaults(),
     )
-    results: dict[str, Any] = {"cases": [], "sizes": [], "sweep": [], "builds": []}
+    results: dict[str, Any] = {"cases": [], "sizes": [], "sweep": [], "builds": [], "web_memory": []}
     cpu_before = _cpu_times()
     all_cases: list[Case] = []
     failure: str | None = None
@@ -1246,7 +1292,7 @@ def main(argv: Sequence[str]) -> int:
             h.log(f"{size:,} memories and vectors loaded in {load_seconds:.1f}s")
             build = build_index(database_url, args.maintenance_work_mem)
             h.log(f"HNSW index built in {build['seconds']}s ({build['index_mb']} MB, maintenance_work_mem {build['maintenance_work_mem']})")
-            cases, ground = measure_ours(args, data, texts, local)
+            cases, ground = measure_ours(args, data, texts, locals_)
             all_cases += cases
             size_info: dict[str, Any] = {"size": size, "load_seconds": round(load_seconds, 1), "build": build,
                                          "rows_in_scope": ground["rows_in_scope"]}
@@ -1267,18 +1313,30 @@ def main(argv: Sequence[str]) -> int:
                       f"{size_info['langgraph']['build_seconds']}s")
                 all_cases += measure_langgraph(args, lg_url, data, ground, local)
             if not args.no_http:
-                log_path = h.RESULTS_DIR / "semantic-search-server.log"
-                with h.web_server(database_url, workers=args.web_workers, log_path=log_path,
-                                  extra_env=_search_env(redis_url)) as server:
+                with contextlib.ExitStack() as stack:
+                    servers = {
+                        backend: stack.enter_context(h.web_server(
+                            database_url, workers=args.web_workers,
+                            log_path=h.RESULTS_DIR / f"semantic-search-server-{backend}.log",
+                            extra_env={**_search_env(redis_url), "EMBEDDING_BACKEND": backend},
+                        ))
+                        for backend in args.backend
+                    }  # fmt: skip
+                    all_cases += measure_http(args, servers, data, ground)
+                    results["web_memory"] += [web_memory(server, backend, size) for backend, server in servers.items()]
+                    server = servers[args.backend[0]]
                     token = h.mint_token(server.base_url, USER, PASSWORD)
-                    all_cases += measure_http(args, server, token, data, ground)
                     if size == largest and args.lag_writes:
-                        with celery_worker(database_url, _search_env(redis_url), h.RESULTS_DIR / "semantic-search-worker.log"):
+                        worker_env = {**_search_env(redis_url), "EMBEDDING_BACKEND": args.backend[0]}
+                        with celery_worker(database_url, worker_env, h.RESULTS_DIR / "semantic-search-worker.log"):
                             results["lag"] = measure_lag(args, server, token, sentences)
                             results["lag_size"] = size
                             h.log(f"index lag p50 {results['lag']['lag_p50_ms']} ms, p95 {results['lag']['lag_p95_ms']} ms")
             if size == largest and args.indexer_memories:
-                results["indexer"] = measure_indexer(database_url, args.indexer_memories, sentences, local, args.seed + 99)
+                from django.test import override_settings
+
+                with override_settings(EMBEDDING_BACKEND=args.backend[0]):
+                    results["indexer"] = measure_indexer(database_url, args.indexer_memories, sentences, local, args.seed + 99)
                 results["lag_size"] = size
                 h.log(f"indexer: {results['indexer']['memories_per_s']} memories/s, {results['indexer']['texts_per_s']} texts/s")
             results["verdict"] = target_verdict(largest, all_cases, results["sweep"]) if size == largest else None
@@ -1301,6 +1359,8 @@ def main(argv: Sequence[str]) -> int:
         "every row in scope). LangGraph is scored against the same truth; 'exact agrees' in the JSON checks that its "
         "own exact search returns the same items.",
         "LangGraph's search sets no hnsw.* option: pgvector's defaults apply (ef_search 40, iterative scan off).",
+        f"Local model runtimes (EMBEDDING_BACKEND): {', '.join(args.backend)}; one HTTP server each, measured back to "
+        f"back per case. LangGraph's 'local model' rows, the index lag and the indexer use {args.backend[0]}.",
     ]
     info["load_avg_at_end"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
     info["cpu"] = f"{info['cpu']}; {_busy_and_steal(cpu_before, _cpu_times())}"
@@ -1315,6 +1375,16 @@ def main(argv: Sequence[str]) -> int:
         print(f"\nFAILED: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def backend_provider(backend: str) -> Any:
+    """The local provider as the settings build it, with ``backend`` as its runtime."""
+    from django.test import override_settings
+
+    from apps.core.embeddings.local import LocalEmbeddingProvider
+
+    with override_settings(EMBEDDING_BACKEND=backend):
+        return LocalEmbeddingProvider.from_settings()
 
 
 def _cpu_times() -> list[int]:

@@ -14,12 +14,13 @@ import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
 # A web process embeds only search queries, one batch at a time (apps.core.embeddings.local's batcher), beside the
-# other web workers and PostgreSQL on the same cores. With one torch thread per web process, instead of torch's
-# default of one per core, a lone semantic search answered faster (issue 12, 2 workers on 2 cores, four rounds
-# against three: c1 p50 19.5-21.7 ms against 22.9-23.7) and 16 concurrent ones no worse (113-150 against 114-147
-# searches/s, p95 163-174 against 162-177 ms). The Celery worker, which embeds documents in large batches, keeps
-# torch's default. An explicit EMBEDDING_TORCH_THREADS wins.
-os.environ.setdefault("EMBEDDING_TORCH_THREADS", "1")
+# other web workers and PostgreSQL on the same cores. With one embedding thread per web process, instead of the
+# runtime's default of one per core, a lone semantic search answered faster (issue 12, torch, 2 workers on 2 cores,
+# four rounds against three: c1 p50 19.5-21.7 ms against 22.9-23.7) and 16 concurrent ones no worse (113-150
+# against 114-147 searches/s, p95 163-174 against 162-177 ms); one thread also lets gunicorn's master preload the
+# onnxruntime session for its workers. The Celery worker, which embeds documents in large batches, keeps the
+# runtime's default. An explicit EMBEDDING_THREADS (or its former name EMBEDDING_TORCH_THREADS) wins.
+os.environ.setdefault("EMBEDDING_THREADS", os.environ.get("EMBEDDING_TORCH_THREADS") or "1")
 
 from django.core.asgi import get_asgi_application
 

@@ -1,11 +1,11 @@
 """gunicorn settings of the web process (Procfile: ``gunicorn -c config/gunicorn.conf.py config.asgi:application``).
 
 The application is imported once in the master before the workers fork (``preload_app``), so the workers share
-its pages copy-on-write: Django, the policy engine and, with the local embedding model, torch,
-sentence-transformers and the model's weights (issue 12); ``pre_fork`` freezes them so the workers' garbage
-collections do not copy those pages. The master builds the model on one torch thread and never runs it (torch's
-thread pool does not survive a fork once it has run); each worker adopts it after the fork (``post_fork``) with its
-own thread count (apps.core.embeddings.local.preload_for_fork). GUNICORN_PRELOAD=false imports the application in
+its pages copy-on-write: Django, the policy engine and, with the local embedding model, its runtime (onnxruntime,
+or torch and sentence-transformers) and the model's weights (issue 12); ``pre_fork`` freezes them so the workers'
+garbage collections do not copy those pages. The master builds the model's query runtime on one thread and never
+runs it (neither runtime's thread pool survives a fork once started); each worker adopts it after the fork
+(``post_fork``) (apps.core.embeddings.local.preload_for_fork). GUNICORN_PRELOAD=false imports the application in
 each worker instead.
 """
 

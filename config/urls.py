@@ -8,7 +8,6 @@ from apps.attachments import urls as attachments_urls
 from apps.conversations import urls as conversations_urls
 from apps.core import urls as core_urls
 from apps.core import views as core_views
-from apps.events import urls as events_urls
 from apps.memories import urls as memories_urls
 from apps.sharing import urls as sharing_urls
 
@@ -22,8 +21,8 @@ API_V1 = [
     *conversations_urls.urlpatterns,
     *sharing_urls.urlpatterns,
     *attachments_urls.urlpatterns,
-    # Served by the ASGI consumer (apps.events.routing); listed here for OpenAPI and WSGI-only callers.
-    *events_urls.urlpatterns,
+    # /v1/events is no URL here: config.asgi routes it to the Channels consumer (apps.events.routing), and
+    # apps.events.schema describes it in the OpenAPI schema.
 ]
 
 urlpatterns = [

@@ -1,58 +1,59 @@
-"""Real concurrent HTTP clients against pytest-django's live server: each client is a thread with its own
-connection to the server, and each server thread has its own PostgreSQL connection, as in production."""
+"""Real concurrency in tests: ``run_concurrently`` is the one helper every concurrency test uses.
+
+Against the live service (tests/live_service.py, the ``live_service`` fixture) each call is a real HTTP client with
+its own connection, served by its own request thread with its own PostgreSQL connection, as in production. Calls
+that use Django in this process (the test client, services, the ORM) each get their own database connection too.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import requests
-from django.contrib.staticfiles.handlers import StaticFilesHandler
-from django.core.servers.basehttp import ThreadedWSGIServer
-from django.test.testcases import LiveServerThread
+from django.db import connections
 
 T = TypeVar("T")
 
 
-class _WideBacklogServer(ThreadedWSGIServer):
-    # Django's test server listens with a backlog of 10: a burst of 32+ connects overflows it and the kernel resets
-    # the overflow, which says nothing about the service.
-    request_queue_size = 256
+def run_concurrently(
+    calls: Sequence[Callable[[], T]] | int, call: Callable[[int, requests.Session], T] | None = None, *,
+    timeout: float = 120,
+) -> list[T]:
+    """Run every call at once, each on a thread of its own, released together by a barrier so they really overlap
+    (on the server, in the database); returns their results in call order and re-raises the first exception. Each
+    thread closes the Django database connections it opened, so none outlives the test.
 
+    ``run_concurrently([lambda: ..., ...])``; for N alike clients, ``run_concurrently([partial(work, i) for i in
+    range(N)])``."""
+    if isinstance(calls, int):
+        # compat: remove once all branches have merged (the old signature: clients, call(index, session))
+        assert call is not None
+        calls = [lambda index=index: _with_session(call, index) for index in range(calls)]
+    barrier = threading.Barrier(len(calls), timeout=timeout)
 
-class _ServerThread(LiveServerThread):
-    server_class = _WideBacklogServer
-
-
-class LiveServer:
-    """Django's threaded test server on a free port (one thread per request, each with its own database
-    connection), serving the full middleware stack."""
-
-    def __init__(self) -> None:
-        self._thread = _ServerThread("127.0.0.1", static_handler=StaticFilesHandler)
-        self._thread.daemon = True
-        self._thread.start()
-        self._thread.is_ready.wait()
-        if self._thread.error:
-            raise self._thread.error
-        self.url = f"http://127.0.0.1:{self._thread.port}"
-
-    def stop(self) -> None:
-        self._thread.terminate()
-
-
-def run_concurrently(clients: int, call: Callable[[int, requests.Session], T], *, timeout: float = 120) -> list[T]:
-    """Run ``call(client_index, session)`` on ``clients`` threads released together by a barrier, so the requests
-    really overlap on the server; returns the results in client order (an exception in any client is re-raised)."""
-    barrier = threading.Barrier(clients, timeout=timeout)
-
-    def client(index: int) -> T:
-        with requests.Session() as session:
+    def run(one: Callable[[], T]) -> T:
+        try:
             barrier.wait()
-            return call(index, session)
+            return one()
+        finally:
+            connections.close_all()
 
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        futures = [pool.submit(client, index) for index in range(clients)]
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(run, one) for one in calls]
         return [future.result(timeout=timeout) for future in futures]
+
+
+def _with_session(call: Callable[[int, requests.Session], T], index: int) -> T:
+    with requests.Session() as session:
+        return call(index, session)
+
+
+def LiveServer() -> Any:
+    """The session's kind of live server, started on its own (use the ``live_service`` fixture instead)."""
+    # compat: remove once all branches have merged
+    from tests.live_service import LiveService
+
+    return LiveService(extra_env={"WSGI_THREADS": "16"}).start()

@@ -15,6 +15,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from config import embedded_services
+from tests import database
 from tests.live_service import LiveService
 
 # The key seeded from API_KEYS in config/settings/test.py; its client is "test-client".
@@ -25,21 +26,20 @@ TEST_API_CLIENT = "test-client"
 _token_cache: dict[tuple[Any, ...], tuple[str, int]] = {}
 
 
+# After each transactional test the tables are emptied by tests.database.empty_tables, not by a flush.
+database.install()
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     if embedded_services.started_here:
         embedded_services.stop(only=set(embedded_services.started_here))
 
 
 @pytest.fixture(scope="session")
-def live_http(django_db_setup, django_db_blocker):
-    """A live HTTP server for real concurrent clients (``tests.concurrency``); ``.url`` is its base URL. Tests
-    using it need ``django_db(transaction=True)`` so their data is committed where the server's threads see it."""
-    from tests.concurrency import LiveServer
-
-    with django_db_blocker.unblock():
-        server = LiveServer()
-    yield server
-    server.stop()
+def live_http(live_service: LiveService) -> LiveService:
+    """The session's live service (``.url`` is its base URL)."""
+    # compat: remove once all branches have merged (tests started a second, in-process server through this name)
+    return live_service
 
 
 @pytest.fixture
@@ -152,13 +152,11 @@ def service_env(**overrides: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def live_service(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LiveService]:
-    from django.db import connection
-
-    # pytest-django has created the test database (for the django_db-marked tests); its name is in the connection's
-    # settings from here on. Never let the live server (and the flush after it) near any other database.
-    assert connection.settings_dict["NAME"].startswith("test_"), connection.settings_dict["NAME"]
-    service = LiveService(db_settings=connection.settings_dict, log_path=tmp_path_factory.mktemp("live") / "web.log")
+def live_service(django_db_setup, django_db_blocker) -> Iterator[LiveService]:
+    """The session's shared live server (tests/live_service.py): the production web stack on the test database, two
+    workers of 16 request threads each, so 32 concurrent clients are all in flight on the server at once."""
+    with django_db_blocker.unblock():
+        service = LiveService(workers=2, extra_env={"WSGI_THREADS": "16"})
     service.start()
     try:
         yield service

@@ -1,8 +1,17 @@
-"""The real service as a separate process on a free loopback port, for tests that need a live HTTP server.
+"""The one way tests run the service over HTTP: the production web stack in a process of its own.
 
-It is the production web stack of the Procfile (gunicorn + uvicorn worker + config.asgi) on the embedded settings
-with DEBUG off, pointed at this pytest session's test database and Valkey. Whatever it writes is committed, so a
-test that drives it must be ``django_db(transaction=True)`` (pytest-django then empties the tables afterwards).
+It is the web process of the Procfile (gunicorn + uvicorn workers + config.asgi: the REST API through the WSGI
+bridge, ``/v1/events`` through the Channels consumer) on the embedded settings with DEBUG off, pointed at this
+pytest session's test database, Valkey and data directory (the same signing and encryption keys), and accepting
+the tokens this process mints (``mint_token``, ``client_for``).
+
+- ``live_service`` (tests/conftest.py) is the session's shared instance: two workers, as in production. Concurrency
+  tests, the fuzzer, the README example and the bridge tests all talk to it; start nothing else for them.
+- A test that needs the server configured otherwise starts its own ``LiveService(extra_env=...)`` (the event stream's
+  fast clocks, gunicorn's listeners, a database behind a proxy), module-scoped where it can be.
+
+Whatever it writes is committed: a test that drives it is ``django_db(transaction=True)`` (emptied afterwards by
+tests.database.empty_tables), or empties the tables once after its module.
 """
 
 from __future__ import annotations
@@ -12,9 +21,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import requests
@@ -42,7 +53,7 @@ def socket_inodes(pid: int) -> set[str]:
     inodes = set()
     try:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())
-    except FileNotFoundError:
+    except FileNotFoundError:  # the process is gone
         return inodes
     for fd in fds:
         try:
@@ -89,14 +100,44 @@ def database_url(settings_dict: Mapping) -> str:
 
 
 class LiveService:
-    """``start()`` → ``base_url``; ``token(user)`` from the live dev IdP; ``stop()``; ``log_tail()`` for failures."""
+    """``start()`` → ``base_url``; ``request()`` and ``token(user)``; ``stop()``; ``log_tail()`` for failures.
+
+    ``db_settings`` defaults to the test database, ``log_path`` to a temporary file removed by ``stop()``.
+    ``extra_env`` overrides the environment below (settings are read from it). ``send_buffer`` gives the listening
+    socket (and so every accepted connection) a small, fixed send buffer: a client that stops reading then
+    back-pressures the server after that many bytes instead of the megabytes loopback autotuning absorbs."""
 
     def __init__(
-        self, *, db_settings: Mapping, log_path: Path, extra_env: Mapping[str, str] | None = None, workers: int = 1
+        self,
+        *,
+        db_settings: Mapping | None = None,
+        log_path: Path | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        workers: int = 1,
+        send_buffer: int | None = None,
     ) -> None:
+        if db_settings is None:
+            from django.db import connection
+
+            db_settings = connection.settings_dict
+        # Never let a live server (and the table resets after it) near any other database than pytest-django's.
+        assert db_settings["NAME"].startswith("test_"), db_settings["NAME"]
         self.workers = workers
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.send_buffer = send_buffer
+        self._listener: socket.socket | None = None
+        if send_buffer is not None:
+            self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+            self._listener.bind(("127.0.0.1", 0))
+            self._listener.listen(512)
+            self.port = self._listener.getsockname()[1]
+        else:
+            self.port = free_port()
+        self._own_log = log_path is None
+        if log_path is None:
+            handle, name = tempfile.mkstemp(prefix="live-service-", suffix=".log")
+            os.close(handle)
+            log_path = Path(name)
         self.log_path = log_path
         # A clean environment: only what a process needs to run, then the service's settings. Inheriting all of
         # os.environ would hand the server whatever an earlier test left there (a SERVICE_POLICY_DIR that no
@@ -107,7 +148,10 @@ class LiveService:
             "DATABASE_URL": database_url(db_settings),
             "REDIS_URL": settings.REDIS_URL,
             "DATA_DIR": str(settings.DATA_DIR),  # the same dev IdP key and encryption keys as this process
-            "PORT": str(self.port),  # the dev IdP's issuer is http://localhost:PORT/dev-idp
+            "PORT": str(self.port),
+            # The issuer of the tokens this process mints (mint_token, client_for): the server accepts them, and
+            # its own dev IdP (token()) issues the same.
+            "DEV_IDP_ISSUER": settings.DEV_IDP_ISSUER,
             "DEBUG": "false",  # production error handling: DEBUG pages would hide HTML-vs-JSON defects
             "DEV_IDP_ENABLED": "true",
             "API_KEYS": settings.API_KEYS,
@@ -119,8 +163,29 @@ class LiveService:
         self.process: subprocess.Popen | None = None
         self._log = None
 
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # compat: remove once all branches have merged (tests.concurrency.LiveServer and live_http called it .url)
+    url = base_url
+
     def start(self, timeout: float = 60.0) -> LiveService:
+        return self.launch().wait_ready(timeout)
+
+    @classmethod
+    def start_all(cls, services: list[LiveService], timeout: float = 60.0) -> list[LiveService]:
+        """Boot several at once (each boot is mostly waiting for imports): launched together, then awaited."""
+        for service in services:
+            service.launch()
+        for service in services:
+            service.wait_ready(timeout)
+        return services
+
+    def launch(self) -> LiveService:
+        """Start the process without waiting for it to serve (``wait_ready``)."""
         gunicorn = Path(sys.executable).with_name("gunicorn")
+        bind = f"fd://{self._listener.fileno()}" if self._listener is not None else f"127.0.0.1:{self.port}"
         argv = [
             str(gunicorn),
             "-c",
@@ -129,7 +194,7 @@ class LiveService:
             "-k",
             "config.http_server.ServiceUvicornWorker",
             "--bind",
-            f"127.0.0.1:{self.port}",
+            bind,
             "--workers",
             str(self.workers),
             "--graceful-timeout",
@@ -143,7 +208,11 @@ class LiveService:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=(self._listener.fileno(),) if self._listener is not None else (),
         )
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> LiveService:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -155,7 +224,7 @@ class LiveService:
                     return self
             except requests.RequestException:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"the service did not serve with all its workers within {timeout:.0f} s:\n{self.log_tail()}")
 
@@ -168,6 +237,13 @@ class LiveService:
         workers = self.worker_pids()
         listening = set(tcp_inodes(self.port, LISTEN))
         return len(workers) == self.workers and all(socket_inodes(pid) & listening for pid in workers)
+
+    def request(
+        self, method: str, path: str, json: Any = None, headers: Mapping[str, str] | None = None, timeout: float = 30
+    ) -> tuple[int, Any]:
+        """One request on a connection of its own; returns the status and the decoded JSON body (None if empty)."""
+        response = requests.request(method, self.base_url + path, json=json, headers=headers, timeout=timeout)
+        return response.status_code, (response.json() if response.content else None)
 
     def token(self, username: str) -> str:
         """An access token from the live service's own dev IdP (the password grant; password = user name)."""
@@ -187,7 +263,7 @@ class LiveService:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            # The process group: gunicorn's master and its worker.
+            # The process group: gunicorn's master and its workers.
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=15)
@@ -197,6 +273,11 @@ class LiveService:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self._own_log:
+            self.log_path.unlink(missing_ok=True)
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -1,11 +1,14 @@
 """Load order of native libraries that cannot share a process in either order.
 
 Loading torch *after* regopy's librego_shared.so aborts the process ("double free or corruption") on the first
-model load; torch loaded first works. So whenever this process may embed with the local model, torch is imported
-before regopy. Reproduce with: evaluate a policy, then `import torch` (see tests/memories/test_semantic_search.py's
-real-model test, which runs after policy evaluation). The cause is the two C++ allocators described in
-``share_cxx_allocator``: with it, the reverse order no longer aborts either (checked by loading the model after
-policy evaluations), but the torch-first order stays.
+model load; torch loaded first works. So whenever this process may embed with torch (``EMBEDDING_BACKEND=torch``,
+or a GPU device, which may run through torch), torch is imported before regopy. Reproduce with: evaluate a policy,
+then `import torch` (see tests/memories/test_semantic_search.py's real-model test, which runs after policy
+evaluation). The cause is the two C++ allocators described in ``share_cxx_allocator``: with it, the reverse order no
+longer aborts either (checked by loading the model after policy evaluations), but the torch-first order stays.
+onnxruntime (the default backend) loads after regopy without either problem (checked the same way, and by every
+web process: they import it only at the first semantic search or warm-up, after the policies compiled), so nothing
+preloads it: a process that never embeds never maps it.
 """
 
 from __future__ import annotations
@@ -30,15 +33,22 @@ def torch_environment() -> None:
 
 
 def preload_before_regopy() -> None:
-    from django.conf import settings
-
-    wants_local_model = getattr(settings, "EMBEDDING_PROVIDER", "local") == "local" or getattr(
-        settings, "PRELOAD_TORCH", False
-    )
-    if wants_local_model and importlib.util.find_spec("torch") is not None:
+    if _may_use_torch() and importlib.util.find_spec("torch") is not None:
         torch_environment()
         import torch  # noqa: F401
     share_cxx_allocator()
+
+
+def _may_use_torch() -> bool:
+    """Whether this process may embed through torch (or is told to load it: PRELOAD_TORCH, the tests' reference)."""
+    from django.conf import settings
+
+    if getattr(settings, "PRELOAD_TORCH", False):
+        return True
+    if getattr(settings, "EMBEDDING_PROVIDER", "local") != "local":
+        return False
+    devices = (getattr(settings, "EMBEDDING_DEVICE", "cpu"), getattr(settings, "EMBEDDING_QUERY_DEVICE", "cpu"))
+    return getattr(settings, "EMBEDDING_BACKEND", "onnx") == "torch" or any(d != "cpu" for d in devices)
 
 
 def share_cxx_allocator() -> None:

@@ -42,7 +42,7 @@ _lock = threading.Lock()
 _missed: dict[str, int] = {}
 _paused_until = 0.0
 _recovering = False
-_generation = 0  # reset_for_tests ends a recovery thread of an earlier test
+_generation = 0  # bumped to end a running recovery thread (the tests' fresh_publisher fixture does)
 _FIRST_RETRY_SECONDS = 0.5
 
 _MEMBERSHIP_WATCHERS = {AccessLevel.OWNER.value, AccessLevel.MANAGER.value}
@@ -200,11 +200,3 @@ def _recover(generation: int) -> None:
         logger.info("event publishing recovered; invalidate sent", extra={"recipients": len(missed)})
         return
 
-
-def reset_for_tests() -> None:
-    global _paused_until, _recovering, _generation
-    with _lock:
-        _missed.clear()
-        _recovering = False
-        _generation += 1
-    _paused_until = 0.0

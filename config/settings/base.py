@@ -167,6 +167,7 @@ SPECTACULAR_SETTINGS = {
     # Every error the shared layers raise is documented with D1's body; tests/fuzz holds the schema to it.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.events.schema.add_event_stream",  # served by the ASGI consumer: no view to describe
         "apps.core.schema_honesty.postprocess_schema",
         "apps.memories.openapi.namespace_depth_hook",
     ],
@@ -307,9 +308,22 @@ EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")  # sent as a Bearer token, 
 EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 0) or None
 EMBEDDING_TIMEOUT_SECONDS = float(env_str("EMBEDDING_TIMEOUT_SECONDS", "10"))
 EMBEDDING_MAX_RETRIES = env_int("EMBEDDING_MAX_RETRIES", 3)
-EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64)
-# Unset = torch's default (all cores); set lower so embedding does not starve web workers and the database.
-EMBEDDING_TORCH_THREADS = env_int("EMBEDDING_TORCH_THREADS", 0) or None
+# Texts per forward pass (and per request for openai). Unset: 64, or 256 where the local model runs on a GPU.
+EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 0) or None
+# The local model's runtime: onnx = onnxruntime on an ONNX export made once at first start (no torch in the web
+# processes or the worker), torch = sentence-transformers on torch. Same vectors (cosine >= 0.99999).
+EMBEDDING_BACKEND = env_str("EMBEDDING_BACKEND", "onnx")
+# Where the local model embeds documents (the worker's indexers): cpu, cuda or cuda:N; and search queries (the web
+# processes). A GPU worker node sets EMBEDDING_DEVICE=cuda; the web processes stay on the CPU unless told.
+EMBEDDING_DEVICE = env_str("EMBEDDING_DEVICE", "cpu")
+EMBEDDING_QUERY_DEVICE = env_str("EMBEDDING_QUERY_DEVICE", "cpu")
+# fp16: on a GPU only, through torch; faster than fp32, vectors a little off fp32's (bench/embeddings_gpu.py).
+EMBEDDING_PRECISION = env_str("EMBEDDING_PRECISION", "fp32")
+# Threads per process for the local model. Unset = the runtime's default (one per core); the web processes set 1
+# (config.asgi). EMBEDDING_TORCH_THREADS is its former name.
+EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 0) or env_int("EMBEDDING_TORCH_THREADS", 0) or None
+# The ONNX export of the local model, made once (apps.core.embeddings.onnx_export).
+EMBEDDING_ONNX_DIR = Path(env_str("EMBEDDING_ONNX_DIR", str(DATA_DIR / "models"))).resolve()
 # Longest index text embedded as one piece by the openai provider (default 8000) or the hash provider (default
 # unlimited); longer fields are embedded as overlapping chunks. The local provider chunks by its own tokenizer.
 EMBEDDING_MAX_INPUT_CHARS = env_int("EMBEDDING_MAX_INPUT_CHARS", 0) or None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from config.env import env_bool
+
 from .embedded import *  # noqa: F403
 
 DEBUG = False
@@ -19,7 +21,9 @@ DATABASES["default"]["TEST"] = {"NAME": f"test_memory_service_{os.getpid()}"}  #
 
 # The lexical hashing embedder keeps most tests fast; tests marked `model` switch to the real local model.
 EMBEDDING_PROVIDER = "hash"
-# Tests switch to the local model at run time (marker `model`) after policies were evaluated: load torch first.
-PRELOAD_TORCH = True
+# Tests switch to the local model at run time (marker `model`) after policies were evaluated, and compare it with
+# the model on torch (tests/core/test_embedding_quality.py): load torch first (apps.core.native). A subprocess that
+# must show a process without torch sets PRELOAD_TORCH=false.
+PRELOAD_TORCH = env_bool("PRELOAD_TORCH", True)
 # Tests add vectors between searches of the same scope; a cached scope size would hide the plan they expect.
 MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS = 0

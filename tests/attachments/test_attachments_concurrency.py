@@ -3,41 +3,15 @@
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from functools import partial
 
 import pytest
-from django.db import connections
 
 from apps.attachments.models import Attachment, AttachmentLink
 from tests.attachments.conftest import blobs, body_of, sha256, upload, upload_ok
-
-
-def run_concurrently(count: int, work: Callable[[int], object]) -> list[object]:
-    """``work(i)`` in ``count`` threads released together; results in order, exceptions re-raised."""
-    barrier = threading.Barrier(count)
-    results: list[object] = [None] * count
-
-    def run(index: int) -> None:
-        try:
-            barrier.wait()
-            results[index] = work(index)
-        except BaseException as exc:  # reported below, in the test's thread
-            results[index] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results
+from tests.concurrency import run_concurrently
 
 
 @pytest.mark.django_db(transaction=True)
@@ -48,7 +22,7 @@ def test_sixteen_concurrent_uploads_all_land_intact(client_for, attachment_dir):
         response = upload(client_for(f"user{index % 4}"), payloads[index], filename=f"f{index}.bin")
         return response.status_code, response.json()
 
-    results = run_concurrently(16, work)
+    results = run_concurrently([partial(work, index) for index in range(16)])
     assert [status for status, _ in results] == [201] * 16
     for index, (_, meta) in enumerate(results):
         assert meta["sha256"] == sha256(payloads[index]) and meta["size"] == len(payloads[index])
@@ -72,7 +46,7 @@ def test_concurrent_deletes_and_downloads_of_one_attachment(client_for, attachme
             intact = body_of(response) == data  # a download that started finishes whole
         return "read", response.status_code, intact
 
-    results = run_concurrently(32, work)
+    results = run_concurrently([partial(work, index) for index in range(32)])
     deletes = Counter(status for kind, status, _ in results if kind == "delete")
     reads = Counter(status for kind, status, _ in results if kind == "read")
     assert deletes == Counter({204: 1, 404: 15}), deletes
@@ -98,7 +72,7 @@ def test_concurrent_links_and_delete(client_for, attachment_dir, shape):
         body = {"content": [{"role": "USER", "text": f"m{index}", **reference}]}
         return client.post(f"/v1/conversations/{uuid.uuid4()}/entries", body, format="json").status_code
 
-    statuses = run_concurrently(32, work)
+    statuses = run_concurrently([partial(work, index) for index in range(32)])
     assert all(status < 500 for status in statuses), statuses
     delete_statuses = Counter(statuses[index] for index in range(32) if index % 8 == 7)
     assert delete_statuses == Counter({204: 1, 404: 3}), delete_statuses

@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 import requests
-from django.core.servers import basehttp
-from django.db import connection, connections
+from django.db import connection
 
-# The live test server listens with Django's backlog of 10: 32 clients connecting at the same instant overflow it and
-# get connection resets before any request is read. A real deployment's server has a deep backlog; so does this one.
-basehttp.WSGIServer.request_queue_size = 256
+from tests.concurrency import run_concurrently  # noqa: F401  # compat: remove once all branches have merged
 
 CONVERSATIONS = "/v1/conversations"
 TRANSFERS = "/v1/ownership-transfers"
@@ -237,7 +231,7 @@ def shared(actor_client) -> Shared:
     return result
 
 
-# --- Real concurrent clients against the live server ----------------------------------------------------------------
+# --- Real concurrent clients against the live server (run_concurrently: tests/concurrency.py) -------------------------
 
 
 class Http:
@@ -268,45 +262,20 @@ class Http:
 
 
 @pytest.fixture
-def http(live_server, mint_token) -> Iterator[Callable[..., Http]]:
-    """``http(user, roles=None)``: a real HTTP client of the live server for ``user``."""
+def http(live_service, transactional_db, mint_token) -> Iterator[Callable[..., Http]]:
+    """``http(user, roles=None, api_key=None)``: a real HTTP client of the live service (tests/live_service.py) for
+    ``user``. What it writes is committed, so the test is transactional (its tables are emptied afterwards)."""
 
     made: list[Http] = []
 
     def make(user: str | None, roles: Sequence[str] | None = None, api_key: str | None = None) -> Http:
         token = mint_token(user, roles=roles or ROLES.get(user)) if user else None
-        made.append(Http(live_server.url, token, api_key))
+        made.append(Http(live_service.base_url, token, api_key))
         return made[-1]
 
     yield make
-    # A live-server thread serves one keep-alive HTTP connection and closes its database connection when that
-    # connection closes: close every client, then wait for the server side, so the table flush after this test
-    # and the drop of the test database at the end never find a session still open.
     for client in made:
         client.session.close()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        others = sql("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                     "AND pid <> pg_backend_pid()")[0][0]
-        if not others:
-            break
-        time.sleep(0.05)
-
-
-def run_concurrently(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Run every call at once (released together by a barrier) on its own thread; results in call order. Each
-    thread closes its Django connections so nothing leaks into the test database teardown."""
-    barrier = threading.Barrier(len(calls))
-
-    def run(call: Callable[[], Any]) -> Any:
-        try:
-            barrier.wait(timeout=60)
-            return call()
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(run, calls))
 
 
 def statuses(responses: Sequence[requests.Response]) -> list[int]:

@@ -12,6 +12,7 @@ from collections import defaultdict
 import pytest
 from django.db import connections
 
+from tests.concurrency import run_concurrently
 from tests.conversations.support import (
     CONVERSATIONS,
     assert_no_5xx,
@@ -19,7 +20,6 @@ from tests.conversations.support import (
     count,
     history,
     new_id,
-    run_concurrently,
     sql,
     statuses,
     url,

@@ -15,13 +15,13 @@ from django.db import connections
 from apps.conversations import indexer, tasks
 from apps.core import leases
 from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
+from tests.concurrency import run_concurrently
 from tests.conversations.support import (
     CONVERSATIONS,
     append_ok,
     assert_no_5xx,
     count,
     new_id,
-    run_concurrently,
     sql,
 )
 

@@ -9,9 +9,9 @@ import socket
 import sys
 import threading
 import time
-import types
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -318,41 +318,39 @@ def test_get_provider_rejects_unknown_and_mismatched_settings() -> None:
 # --- local provider without the model: lazy, once-per-process loading --------------------------------------------
 
 
+class FakeEncoder:
+    """Stands in for a loaded runtime: the vector of a text is [len(text), 0, ...]."""
+
+    backend = "fake"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.batches: list[list[str]] = []
+
+    def encode(self, texts: list[str], batch_size: int) -> Any:
+        import numpy as np
+
+        time.sleep(self.delay)  # while this batch runs, other callers arrive
+        self.batches.append(list(texts))
+        vectors = np.zeros((len(texts), 384), dtype=np.float32)
+        vectors[:, 0] = [len(t) for t in texts]
+        return vectors
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.backend}
+
+
 def test_local_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> None:
-    constructed: list[tuple[str, str]] = []
-    threads_set: list[int] = []
+    built: list[Any] = []
 
-    class FakeArray:
-        def __init__(self, rows: list[list[float]]) -> None:
-            self.rows = rows
+    def build(runtime: Any) -> FakeEncoder:
+        time.sleep(0.05)  # widen the race window
+        built.append(runtime)
+        return FakeEncoder()
 
-        def tolist(self) -> list[list[float]]:
-            return self.rows
-
-    class FakeModel:
-        def __init__(self, path: str, *, device: str, local_files_only: bool) -> None:
-            time.sleep(0.05)  # widen the race window
-            constructed.append((path, device))
-            assert local_files_only
-
-        def eval(self) -> FakeModel:
-            return self
-
-        def get_embedding_dimension(self) -> int:
-            return 384
-
-        def encode(self, texts: list[str], **kwargs: Any) -> FakeArray:
-            assert kwargs["normalize_embeddings"] is True
-            return FakeArray([[float(len(t))] + [0.0] * 383 for t in texts])
-
-    fake_st = types.SimpleNamespace(SentenceTransformer=FakeModel)
-    fake_torch = types.SimpleNamespace(set_num_threads=threads_set.append, get_num_threads=lambda: 1)
-    monkeypatch.setitem(sys.modules, "sentence_transformers", fake_st)
-    monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    monkeypatch.setattr(local_module, "_model", None)
-    monkeypatch.setattr(local_module, "_model_pid", None)
-
-    provider = local_module.LocalEmbeddingProvider(torch_threads=1)
+    monkeypatch.setattr(local_module, "_build", build)
+    monkeypatch.setattr(local_module, "_encoders", {})
+    provider = local_module.LocalEmbeddingProvider(torch_threads=1)  # the former name of threads
     results: list[list[list[float]]] = []
     workers = [threading.Thread(target=lambda: results.append(provider.embed_documents(["abc"]))) for _ in range(8)]
     for worker in workers:
@@ -360,11 +358,30 @@ def test_local_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> 
     for worker in workers:
         worker.join()
 
-    assert len(constructed) == 1 and constructed[0][1] == "cpu"
-    assert constructed[0][0] == str(local_module.model_path())
-    assert threads_set == [1]
+    assert built == [local_module.Runtime("onnx", "cpu", "fp32", 1, None)]
     assert len(results) == 8 and all(r[0][0] == 3.0 for r in results)
     assert local_module.LocalEmbeddingProvider().embed_documents([]) == []
+
+
+def test_local_settings_choose_backend_devices_and_batch_size() -> None:
+    with override_settings(EMBEDDING_PROVIDER="local", EMBEDDING_THREADS=3, EMBEDDING_ONNX_DIR="/tmp/x"):
+        provider = get_provider()
+        assert provider.queries == provider.documents == local_module.Runtime("onnx", "cpu", "fp32", 3, Path("/tmp/x"))
+        assert provider.batch_size == 64
+    with override_settings(EMBEDDING_PROVIDER="local", EMBEDDING_BACKEND="torch", EMBEDDING_DEVICE="cuda:1",
+                           EMBEDDING_PRECISION="fp16"):
+        provider = get_provider()
+        # A GPU worker node: documents on the GPU in fp16, queries (the web processes) stay on the CPU in fp32.
+        assert provider.documents == local_module.Runtime("torch", "cuda:1", "fp16", None, provider.documents.onnx_dir)
+        assert provider.queries.device == "cpu" and provider.queries.precision == "fp32"
+        assert provider.batch_size == 256  # the GPU default
+    with override_settings(EMBEDDING_PROVIDER="local", EMBEDDING_DEVICE="cuda", EMBEDDING_BATCH_SIZE=512):
+        assert get_provider().batch_size == 512
+    for bad in ({"EMBEDDING_BACKEND": "tensorflow"}, {"EMBEDDING_DEVICE": "gpu"}, {"EMBEDDING_PRECISION": "fp16"},
+                {"EMBEDDING_PRECISION": "int8"}):
+        with override_settings(EMBEDDING_PROVIDER="local", **bad), pytest.raises(ImproperlyConfigured):
+            get_provider()
+    embeddings.reset_provider()
 
 
 def test_local_without_model_package_raises_embedding_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -389,12 +406,13 @@ def test_local_readiness_is_ok_once_loaded(minilm: local_module.LocalEmbeddingPr
 
 
 def test_local_readiness_does_not_block_while_loading(monkeypatch) -> None:
-    monkeypatch.setattr(local_module, "_model", None)
+    monkeypatch.setattr(local_module, "_encoders", {})
     started = []
-    monkeypatch.setattr(local_module, "start_loading", lambda threads: started.append(threads))
+    monkeypatch.setattr(local_module, "start_loading", started.append)
+    provider = local_module.LocalEmbeddingProvider(threads=1)
     with pytest.raises(EmbeddingError, match="loading"):
-        local_module.LocalEmbeddingProvider(torch_threads=1).check()
-    assert started == [1]
+        provider.check()
+    assert started == [provider.queries]
 
 
 @pytest.mark.model
@@ -429,16 +447,8 @@ def test_local_model_dimension_normalization_and_batch_consistency(minilm: local
 
 
 def test_local_concurrent_queries_are_batched_and_each_gets_its_own_vector(monkeypatch: pytest.MonkeyPatch) -> None:
-    batches: list[list[str]] = []
-
-    class FakeModel:
-        def encode(self, texts: list[str], **kwargs: Any) -> Any:
-            assert kwargs["normalize_embeddings"] is True
-            time.sleep(0.05)  # while this batch runs, the other queries arrive
-            batches.append(list(texts))
-            return [types.SimpleNamespace(tolist=lambda t=t: [float(len(t))] + [0.0] * 383) for t in texts]
-
-    monkeypatch.setattr(local_module, "_load_model", lambda threads: FakeModel())
+    encoder = FakeEncoder(delay=0.05)
+    monkeypatch.setattr(local_module, "load", lambda runtime: encoder)
     provider = local_module.LocalEmbeddingProvider()
     texts = ["x" * n for n in range(1, 13)]
     results: dict[str, list[float]] = {}
@@ -448,8 +458,8 @@ def test_local_concurrent_queries_are_batched_and_each_gets_its_own_vector(monke
     for worker in workers:
         worker.join()
     assert {t: v[0] for t, v in results.items()} == {t: float(len(t)) for t in texts}
-    assert sorted(t for batch in batches for t in batch) == sorted(texts)  # each query encoded exactly once
-    assert len(batches) < len(texts)  # and some of them together
+    assert sorted(t for batch in encoder.batches for t in batch) == sorted(texts)  # each query encoded exactly once
+    assert len(encoder.batches) < len(texts)  # and some of them together
 
 
 @pytest.mark.model
@@ -464,3 +474,21 @@ def test_local_batched_query_vectors_match_lone_encodes(minilm: local_module.Loc
         worker.join()
     for text, vector in zip(texts, alone, strict=True):
         assert max(abs(a - b) for a, b in zip(vector, together[text], strict=True)) < 1e-5
+
+
+def test_the_model_code_imports_without_django() -> None:
+    """bench/embeddings_gpu.py runs the provider on a GPU machine that has the ML stack but not Django."""
+    import subprocess
+
+    from django.conf import settings
+
+    script = (
+        "import sys; sys.modules['django'] = None\n"
+        "from apps.core.embeddings import minilm, onnx_export\n"
+        "from apps.core.embeddings.local import LocalEmbeddingProvider\n"
+        "provider = LocalEmbeddingProvider(backend='torch', device='cuda', precision='fp16', batch_size=512)\n"
+        "print(len(provider.chunk('word ' * 1000)), provider.documents.device, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["11", "cuda", "False"]

@@ -1,8 +1,13 @@
-"""Real servers for the event stream: uvicorn processes serving config.asgi against the test database and Redis.
+"""The event stream against the production web stack (tests.live_service): two servers on a Valkey of this module's
+own, with fast clocks.
 
 The stream is asynchronous and spans processes, so these tests never go through Django's test client: every call
 is HTTP to a live server (two of them for cross-process fan-out), and writes commit (``transactional_db``) so the
-servers see them.
+servers see them. The Valkey is the module's own so that a test can restart it under the running servers.
+
+Negative checks ("nothing more arrives") never wait out a timeout: ``SSEClient.assert_silent`` appends a marker
+event to the user's stream and expects it to be the next event, once the events that could have gone wrong were
+published (``User.wait_published``).
 """
 
 from __future__ import annotations
@@ -12,24 +17,22 @@ import json
 import os
 import queue
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
-from tests import live_service
+from apps.events import publisher, streams
+from config.embedded_services import RestartableValkey
 from tests.conftest import TEST_API_KEY, _mint
+from tests.live_service import LiveService
 
-# Fast clocks so keepalive, retention and eviction are observable within a test; the servers and this process
-# share the Redis key prefix (unique per pytest process, so parallel runs and leftovers never mix).
+# Fast clocks so keepalive and eviction are observable within a test; the servers and this process share the Redis
+# key prefix.
 SSE_ENV = {
     "SSE_KEEPALIVE_SECONDS": "0.5",
     "SSE_RETENTION_SECONDS": "2",
@@ -38,132 +41,67 @@ SSE_ENV = {
     "SSE_EVICTION_GRACE_SECONDS": "30",
     "SSE_REDIS_PREFIX": f"ssetest{os.getpid()}:",
 }
-
-
-def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    # The test database's libpq URL; its OPTIONS also hold psycopg connection settings (prepare_threshold) that
-    # are no URL parameters.
-    database_url = live_service.database_url(connection.settings_dict)
-    env = os.environ.copy()
-    env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
-            "DATABASE_URL": database_url,
-            "REDIS_URL": settings.REDIS_URL,
-            "DATA_DIR": str(settings.DATA_DIR),
-            "DEV_IDP_ISSUER": settings.DEV_IDP_ISSUER,
-            "API_KEYS": settings.API_KEYS,
-            "EMBEDDING_PROVIDER": "hash",
-            "DEBUG": "false",
-            "LOG_LEVEL": "WARNING",
-            "WSGI_THREADS": "40",
-            **SSE_ENV,
-            **(extra or {}),
-        }
-    )
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    return env
-
-
-class WebServer:
-    """One uvicorn process serving config.asgi (the production app: REST through a2wsgi, /v1/events native)."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        # The listening socket is made here and handed over: accepted connections inherit its small, fixed send
-        # buffer, so a client that stops reading back-pressures the server after ~100 kB instead of the megabytes
-        # loopback autotuning would absorb (the slow-consumer test needs a few thousand events, not 40,000).
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(512)
-        self.port = listener.getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        command = [
-            sys.executable, "-m", "uvicorn", "config.asgi:application", "--fd", str(listener.fileno()),
-            "--http", "config.http_server:ServiceHttpProtocol",  # the production protocol (its deadlines)
-        ]  # fmt: skip
-        self.process = subprocess.Popen(
-            [*command, "--log-level", "warning", "--no-access-log"],
-            env=env,
-            cwd=settings.BASE_DIR,
-            pass_fds=(listener.fileno(),),
-        )
-        listener.close()
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}")
-            try:
-                status, _ = self.request("GET", "/healthz")
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("server did not start")
-
-    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            payload = json.dumps(body).encode() if body is not None else None
-            all_headers = {"Content-Type": "application/json", **(headers or {})}
-            conn.request(method, path, body=payload, headers=all_headers)
-            response = conn.getresponse()
-            raw = response.read()
-            return response.status, (json.loads(raw) if raw else None)
-        finally:
-            conn.close()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+# A small send buffer on the servers' sockets: a client that stops reading back-pressures its server after ~100 kB
+# instead of the megabytes loopback autotuning would absorb (the slow-consumer test needs a few thousand events,
+# not 40,000).
+SEND_BUFFER = 32768
 
 
 @pytest.fixture(scope="module")
-def web_servers(django_db_setup, django_db_blocker) -> Iterator[tuple[WebServer, WebServer]]:
-    """Two web processes on different ports, same database and Redis."""
-    with django_db_blocker.unblock():
-        env = server_env()
-    servers = []
+def event_valkey(tmp_path_factory) -> Iterator[RestartableValkey]:
+    valkey = RestartableValkey(tmp_path_factory.mktemp("valkey"))
+    valkey.start()
     try:
-        servers.append(WebServer(env))
-        servers.append(WebServer(env))
+        yield valkey
+    finally:
+        valkey.stop()
+
+
+@pytest.fixture(scope="module")
+def web_servers(django_db_setup, django_db_blocker, event_valkey) -> Iterator[tuple[LiveService, LiveService]]:
+    """Two web processes on different ports, same database and Redis."""
+    env = {**SSE_ENV, "REDIS_URL": event_valkey.url, "WSGI_THREADS": "16"}
+    with django_db_blocker.unblock():
+        servers = [LiveService(extra_env=env, send_buffer=SEND_BUFFER) for _ in range(2)]
+    try:
+        LiveService.start_all(servers)
         yield servers[0], servers[1]
     finally:
         for server in servers:
             server.stop()
 
 
-@pytest.fixture(autouse=True)
-def _sse_prefix(settings) -> None:
-    """This process publishes (publish() called directly) into the same keys the servers read."""
+@pytest.fixture
+def server(web_servers, event_valkey, transactional_db, settings) -> LiveService:
+    """The first server; this process publishes (publisher.publish, a marker) into the keys the servers read."""
+    settings.REDIS_URL = event_valkey.url
     for name, value in SSE_ENV.items():
         setattr(settings, name, float(value) if "." in value else (int(value) if value.isdigit() else value))
+    return web_servers[0]
 
 
 @pytest.fixture
-def server(web_servers, transactional_db) -> WebServer:
-    return web_servers[0]
+def fresh_publisher(monkeypatch) -> None:
+    """The publisher's memory of a Redis failure (users owed an ``invalidate``, the pause after it) starts empty and
+    is put back afterwards, so no test sees another's."""
+    monkeypatch.setattr(publisher, "_missed", {})
+    monkeypatch.setattr(publisher, "_paused_until", 0.0)
+    monkeypatch.setattr(publisher, "_recovering", False)
+    # A recovery thread an earlier test left running sees the generation change and ends.
+    monkeypatch.setattr(publisher, "_generation", publisher._generation + 1)
 
 
 @dataclass
 class User:
     name: str
     token: str
-    server: WebServer
+    server: LiveService
 
     @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
-    def call(self, method: str, path: str, body: Any = None, *, on: WebServer | None = None):
+    def call(self, method: str, path: str, body: Any = None, *, on: LiveService | None = None):
         return (on or self.server).request(method, path, body, self.headers)
 
     def create_conversation(self) -> str:
@@ -171,7 +109,7 @@ class User:
         assert status == 201, body
         return body["id"]
 
-    def append(self, conversation_id: str, text: str = "hello", *, on: WebServer | None = None) -> dict:
+    def append(self, conversation_id: str, text: str = "hello", *, on: LiveService | None = None) -> dict:
         status, body = self.call(
             "POST",
             f"/v1/conversations/{conversation_id}/entries",
@@ -187,8 +125,22 @@ class User:
         )
         assert status == 201, body
 
-    def stream(self, query: str = "", *, on: WebServer | None = None, **kwargs) -> SSEClient:
+    def stream(self, query: str = "", *, on: LiveService | None = None, **kwargs) -> SSEClient:
         return SSEClient(on or self.server, f"/v1/events{query}", self.headers, **kwargs)
+
+    def received(self) -> list[dict]:
+        """Every event in the user's Redis stream (what was published to the user, whatever any client read)."""
+        from apps.core.redis_client import get_client
+
+        return [json.loads(fields[b"e"]) for _id, fields in get_client().xrange(streams.stream_key(self.name)) if b"e" in fields]
+
+    def wait_published(self, condition: Callable[[list[dict]], bool], timeout: float = 10.0) -> None:
+        """Wait until the events published to this user satisfy ``condition``: a write's events go out after its
+        response (apps.events.middleware), so a test asserting that another user got nothing first waits for them."""
+        deadline = time.monotonic() + timeout
+        while not condition(events := self.received()):
+            assert time.monotonic() < deadline, f"not published in time: {events}"
+            time.sleep(0.02)
 
 
 _open_streams: list[SSEClient] = []
@@ -213,11 +165,12 @@ def make_user(server) -> Any:
 
 @dataclass
 class Message:
-    """One parsed SSE block: ``data`` decoded JSON (None for a comment), ``id`` when sent."""
+    """One parsed SSE block: ``data`` decoded JSON (None for a comment), ``id`` when sent, ``raw`` as sent."""
 
     id: str | None
     data: dict[str, Any] | None
     comment: str | None = None
+    raw: str = ""
     received_at: float = field(default_factory=time.monotonic)
 
 
@@ -226,7 +179,7 @@ class SSEClient:
 
     def __init__(
         self,
-        server: WebServer,
+        server: LiveService,
         path: str,
         headers: dict[str, str],
         *,
@@ -269,18 +222,21 @@ class SSEClient:
         event_id: str | None = None
         data: list[str] = []
         comment: str | None = None
+        raw: list[str] = []
         try:
             while True:
-                raw = self.response.readline()
-                if not raw:
+                line_bytes = self.response.readline()
+                if not line_bytes:
                     break
-                line = raw.decode().rstrip("\n")
+                line = line_bytes.decode()
+                raw.append(line)
+                line = line.rstrip("\n")
                 if line == "":
                     if data:
-                        self.messages.put(Message(event_id, json.loads("\n".join(data))))
+                        self.messages.put(Message(event_id, json.loads("\n".join(data)), raw="".join(raw)))
                     elif comment is not None:
-                        self.messages.put(Message(None, None, comment))
-                    event_id, data, comment = None, [], None
+                        self.messages.put(Message(None, None, comment, raw="".join(raw)))
+                    event_id, data, comment, raw = None, [], None, []
                 elif line.startswith(":"):
                     comment = line[1:].strip()
                 elif line.startswith("id:"):
@@ -314,19 +270,19 @@ class SSEClient:
     def events(self, count: int, timeout: float = 5.0) -> list[Message]:
         return [self.next(timeout) for _ in range(count)]
 
-    def quiet(self, seconds: float) -> list[Message]:
-        """Every event that arrives within ``seconds`` (keepalives skipped)."""
-        received = []
-        deadline = time.monotonic() + seconds
-        while (remaining := deadline - time.monotonic()) > 0:
+    def received(self) -> list[Message]:
+        """The events already read and not yet taken (keepalives skipped), without waiting."""
+        taken = []
+        while True:
             try:
-                message = self.next(remaining)
-            except TimeoutError:
-                break
+                message = self.messages.get_nowait()
+            except queue.Empty:
+                return taken
             if message is None:
-                break
-            received.append(message)
-        return received
+                self.messages.put(None)
+                return taken
+            if message.data is not None:
+                taken.append(message)
 
     def close(self) -> None:
         try:
@@ -341,3 +297,24 @@ class SSEClient:
 @pytest.fixture
 def api_key() -> str:
     return TEST_API_KEY
+
+
+def assert_silent(user: str, *clients: SSEClient) -> None:
+    """Nothing arrives on ``clients`` (streams of ``user``) before a marker appended to the user's stream now: Redis
+    keeps one order per user. Call it once the writes whose events must not arrive were published (their events to
+    another user were seen, ``User.wait_published``): they went out in the same pipeline."""
+    from apps.core.redis_client import get_client
+
+    # Of kind "stream", which passes every ``kinds`` filter.
+    marker = {"event": "marker", "kind": "stream", "data": {"marker": uuid.uuid4().hex}}
+    get_client().eval(*streams.append_args(user, "e", json.dumps(marker)))
+    for client in clients:
+        message = client.next()
+        assert message is not None and message.data == marker, message and message.data
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)

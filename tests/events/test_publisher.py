@@ -1,5 +1,5 @@
 """apps.events.publisher in-process: who receives what, after commit only, and a failing Redis never fails a write.
-Also the WSGI fallback of GET /v1/events and its OpenAPI description (Django's test client)."""
+Also the OpenAPI description of GET /v1/events."""
 
 from __future__ import annotations
 
@@ -15,14 +15,7 @@ from django.db import connection, transaction
 from apps.core.redis_client import get_client
 from apps.events import publisher, streams
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_publisher():
-    publisher.reset_for_tests()
-    yield
-    publisher.reset_for_tests()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_publisher")]
 
 
 def _conversation(members: dict[str, str]) -> str:
@@ -167,32 +160,7 @@ def test_publishing_pauses_after_a_failure_instead_of_timing_out_every_write(mon
     assert calls.count(True) == 1  # only the first write tried Redis; the recovery thread tries for the others
 
 
-# --- WSGI fallback and OpenAPI ----------------------------------------------------------------------------------
-
-
-def test_wsgi_fallback_authenticates_and_streams(api, client_for, settings):
-    response = api.get("/v1/events")
-    assert response.status_code == 401 and response.json()["code"] == "unauthenticated"
-
-    user = _user("wsgi")
-    conversation = _conversation({user: "owner"})
-    settings.SSE_KEEPALIVE_SECONDS = 0.2
-    response = client_for(user).get("/v1/events?kinds=entry")
-    assert response.status_code == 200
-    assert response["Content-Type"].startswith("text/event-stream")
-    chunks = iter(response.streaming_content)
-    assert next(chunks) == b": keepalive\n\n"
-    with transaction.atomic():
-        publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "e1"})
-    block = next(chunks)
-    while block == b": keepalive\n\n":
-        block = next(chunks)
-    lines = block.decode().split("\n")
-    assert lines[0].startswith("id: ") and lines[2:] == ["", ""]
-    assert json.loads(lines[1][len("data: ") :])["data"]["entryId"] == "e1"
-    response.close()
-
-    assert client_for(user).get("/v1/events?kinds=nope").status_code == 400
+# --- OpenAPI ----------------------------------------------------------------------------------------------------
 
 
 def test_openapi_describes_the_stream(api):
@@ -200,7 +168,25 @@ def test_openapi_describes_the_stream(api):
     operation = schema["paths"]["/v1/events"]["get"]
     assert "text/event-stream" in operation["responses"]["200"]["content"]
     assert {parameter["name"] for parameter in operation["parameters"]} >= {"kinds", "Last-Event-ID"}
-    assert "401" in operation["responses"]
+    for status in ("400", "401", "503"):  # D1's body, as on every other operation
+        assert operation["responses"][status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/Error"
+        }
+        assert operation["responses"][status]["description"]
+    assert operation["operationId"] == "events_stream" and operation["security"]
+
+
+def test_only_the_asgi_consumer_serves_the_stream(client_for):
+    """Django's own application (WSGI, the test client) has no /v1/events: config.asgi routes it to the Channels
+    consumer before Django, and a second implementation with other semantics (no token expiry, no connection limit)
+    must not come back."""
+    response = client_for("bob").get("/v1/events")
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
+
+    from apps.events.consumer import EventStreamConsumer
+    from apps.events.routing import native_routes  # what config.asgi serves before Django
+
+    assert native_routes["/v1/events"].consumer_class is EventStreamConsumer
 
 
 def test_an_append_over_http_publishes_once_its_response_is_out(client_for, monkeypatch):

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from schemathesis.config import SchemathesisConfig
 from schemathesis.generation import GenerationMode
 
+from tests.database import empty_tables
 from tests.live_service import LiveService
 
 # Fuzzing-phase examples per user across all operations (each gets 5..100); the coverage phase adds its own
@@ -269,12 +270,10 @@ as_user = _schema(coverage=False)
 @pytest.fixture(scope="module", autouse=True)
 def _empty_tables_afterwards(live_service: LiveService, django_db_blocker) -> Iterator[None]:
     """The live server commits what the fuzzer writes; later tests expect empty tables. Once per module, not per
-    operation as ``django_db(transaction=True)`` would (a flush is about a second here, times ~70 test items)."""
+    operation as ``django_db(transaction=True)`` would (times ~70 test items)."""
     yield
-    from django.core.management import call_command
-
     with django_db_blocker.unblock():
-        call_command("flush", interactive=False, verbosity=0)
+        empty_tables()
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
 import requests
-from django.db import connections
 from django.utils import timezone
 
 from apps.memories import services
@@ -31,9 +32,18 @@ ADDRESS = {"ns": NAMESPACE, "key": KEY}
 
 
 @pytest.fixture
-def bob_http(live_http, mint_token):
+def bob_http(live_service, mint_token):
     """(base url, headers) for bob against the live server."""
-    return live_http.url, {"Authorization": f"Bearer {mint_token('bob')}"}
+    return live_service.base_url, {"Authorization": f"Bearer {mint_token('bob')}"}
+
+
+@pytest.fixture
+def sessions() -> Iterator[list[requests.Session]]:
+    """One HTTP client (its own connection) per racer."""
+    made = [requests.Session() for _ in range(CLIENTS)]
+    yield made
+    for session in made:
+        session.close()
 
 
 def _put(session: requests.Session, bob_http, value: dict) -> requests.Response:
@@ -97,12 +107,12 @@ def _assert_final_state(bob_http, active: bool, value: dict | None) -> None:
         assert not stored.exists()
 
 
-def test_racing_writers_on_a_new_address_all_succeed(bob_http):
+def test_racing_writers_on_a_new_address_all_succeed(bob_http, sessions):
     def write(index: int, session: requests.Session) -> tuple[int, str]:
         response = _put(session, bob_http, {"writer": index})
         return response.status_code, response.json().get("id", response.text)
 
-    results = run_concurrently(CLIENTS, write)
+    results = run_concurrently([partial(write, index, session) for index, session in enumerate(sessions)])
 
     assert Counter(status for status, _ in results) == {200: CLIENTS}, results
     events = _timeline(bob_http)
@@ -122,7 +132,7 @@ def test_racing_writers_on_a_new_address_all_succeed(bob_http):
 
 
 @pytest.mark.parametrize("final", ["put", "delete"])
-def test_racing_writers_and_deleters_on_an_existing_address_keep_one_history(bob_http, final):
+def test_racing_writers_and_deleters_on_an_existing_address_keep_one_history(bob_http, sessions, final):
     with requests.Session() as session:
         assert _put(session, bob_http, {"writer": "initial"}).status_code == 200
     rounds = 3
@@ -136,7 +146,8 @@ def test_racing_writers_and_deleters_on_an_existing_address_keep_one_history(bob
                 outcomes.append(("put", _put(session, bob_http, {"writer": index, "round": round_}).status_code))
         return outcomes
 
-    outcomes = [outcome for client in run_concurrently(CLIENTS, write_or_delete) for outcome in client]
+    racers = [partial(write_or_delete, index, session) for index, session in enumerate(sessions)]
+    outcomes = [outcome for client in run_concurrently(racers) for outcome in client]
     # One last operation after the race decides the expected end state either way.
     with requests.Session() as session:
         last = _put(session, bob_http, {"writer": "final"}) if final == "put" else _delete(session, bob_http)
@@ -160,18 +171,18 @@ def test_racing_writers_and_deleters_on_an_existing_address_keep_one_history(bob
     assert Memory.objects.filter(namespace=NAMESPACE, key=KEY).count() == puts + 1
 
 
-def test_racing_deleters_delete_once(bob_http):
+def test_racing_deleters_delete_once(bob_http, sessions):
     with requests.Session() as session:
         assert _put(session, bob_http, {"writer": "initial"}).status_code == 200
 
-    statuses = run_concurrently(CLIENTS, lambda index, session: _delete(session, bob_http).status_code)
+    statuses = run_concurrently([lambda session=session: _delete(session, bob_http).status_code for session in sessions])
 
     assert Counter(statuses) == {204: CLIENTS}
     assert [event["kind"] for event in _timeline(bob_http)] == ["add", "delete"]
     _assert_final_state(bob_http, False, None)
 
 
-def test_racing_writers_and_the_expiry_sweep_record_one_expiry(bob_http):
+def test_racing_writers_and_the_expiry_sweep_record_one_expiry(bob_http, sessions):
     """A record whose TTL has passed: writers and the sweep race to close it. Exactly one of them records the
     expiry, and the writers' first version starts a new life (an add), the rest update it."""
     with requests.Session() as session:
@@ -182,14 +193,12 @@ def test_racing_writers_and_the_expiry_sweep_record_one_expiry(bob_http):
 
     def write_or_sweep(index: int, session: requests.Session) -> int | None:
         if index % 8 == 0:
-            try:
-                services.expire_due_memories()
-            finally:
-                connections.close_all()
+            services.expire_due_memories()  # on this thread's own connection (closed by run_concurrently)
             return None
         return _put(session, bob_http, {"writer": index}).status_code
 
-    statuses = [status for status in run_concurrently(CLIENTS, write_or_sweep) if status is not None]
+    racers = [partial(write_or_sweep, index, session) for index, session in enumerate(sessions)]
+    statuses = [status for status in run_concurrently(racers) if status is not None]
 
     assert Counter(statuses) == {200: len(statuses)}
     events = _timeline(bob_http)

@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from tests.concurrency import run_concurrently
 from tests.conversations.support import (
     CONVERSATIONS,
     TRANSFERS,
@@ -18,7 +19,6 @@ from tests.conversations.support import (
     conv_path,
     count,
     levels,
-    run_concurrently,
     sql,
     statuses,
 )

@@ -2,22 +2,22 @@
 
 ``get_provider()`` returns the process-wide provider chosen by ``settings.EMBEDDING_PROVIDER``:
 
-* ``local`` (default): all-MiniLM-L6-v2 in-process on CPU, 384 dimensions, semantic;
+* ``local`` (default): all-MiniLM-L6-v2 in-process, 384 dimensions, semantic (onnxruntime by default, or torch:
+  ``EMBEDDING_BACKEND``; ``minilm`` is the model, ``onnx_export`` its one-off export, ``local`` the provider);
 * ``openai``: any OpenAI-compatible ``/embeddings`` endpoint, ``EMBEDDING_DIMENSIONS`` dimensions, semantic;
 * ``hash``: feature hashing, lexical only, for low-resource installs and fast tests.
 
 All vectors are L2-normalized, so cosine similarity is the dot product.
+
+The model code (``base``, ``minilm``, ``onnx_export``, ``local``'s provider class) also runs without Django (the
+export's command line, bench/embeddings_gpu.py on a machine with only the ML stack), so this package imports Django
+only where it is installed.
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Any
-
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
 from .base import EmbeddingError, EmbeddingProvider, l2_normalize
 
@@ -30,7 +30,9 @@ _provider: EmbeddingProvider | None = None
 
 
 def _build(kind: str) -> EmbeddingProvider:
-    # Imported on demand so that choosing "hash" or "openai" never imports torch.
+    from django.core.exceptions import ImproperlyConfigured
+
+    # Imported on demand so that choosing "hash" or "openai" never loads a model runtime.
     if kind == "local":
         from .local import LocalEmbeddingProvider
 
@@ -53,6 +55,8 @@ def get_provider() -> EmbeddingProvider:
     provider = _provider
     if provider is not None:
         return provider
+    from django.conf import settings
+
     with _lock:
         if _provider is None:
             _provider = _build(getattr(settings, "EMBEDDING_PROVIDER", "local") or "local")
@@ -66,7 +70,14 @@ def reset_provider() -> None:
         _provider = None
 
 
-@receiver(setting_changed)
 def _reset_on_setting_change(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith("EMBEDDING_"):
         reset_provider()
+
+
+try:
+    from django.core.signals import setting_changed
+except ImportError:  # no Django on this machine: nothing changes settings
+    pass
+else:
+    setting_changed.connect(_reset_on_setting_change)

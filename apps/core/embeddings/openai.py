@@ -90,7 +90,7 @@ class OpenAICompatibleEmbeddingProvider(EmbeddingProvider):
             api_key=getattr(settings, "EMBEDDING_API_KEY", ""),
             timeout=getattr(settings, "EMBEDDING_TIMEOUT_SECONDS", 10.0),
             max_retries=getattr(settings, "EMBEDDING_MAX_RETRIES", 3),
-            batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", 64),
+            batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", None) or 64,
             max_input_chars=getattr(settings, "EMBEDDING_MAX_INPUT_CHARS", None) or DEFAULT_MAX_INPUT_CHARS,
         )
 

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from apps.core.supervisor import Server, Supervisor, read_procfile, stop_with_parent
@@ -75,6 +76,7 @@ class Command(BaseCommand):
             # shutdown (SIGTERM) from ever finishing.
             connections.close_all()
             self.stdout.write(f"database ready ({time.monotonic() - started:.1f}s)")
+            self._prepare_embeddings()
             supervisor = Supervisor(
                 processes=read_procfile(Path(settings.BASE_DIR) / "Procfile"),
                 env=self._environment(port),
@@ -99,6 +101,29 @@ class Command(BaseCommand):
         if "valkey" in embedded_services.started_here:
             servers["valkey"] = Server("valkey", embedded_services.valkey_up, embedded_services.restart_valkey)
         return servers
+
+    def _prepare_embeddings(self) -> None:
+        """Check the embedding devices and make the local model's ONNX export (once, cached) before the web server
+        and the worker start, so they load it instead of racing to make it; torch runs in a subprocess only."""
+        from apps.core import startup
+        from apps.core.embeddings import EmbeddingError, get_provider
+        from apps.core.embeddings.local import LocalEmbeddingProvider
+
+        provider = get_provider()
+        if not isinstance(provider, LocalEmbeddingProvider):
+            return
+        started = time.monotonic()
+        ready = []
+        for purpose in ("queries", "documents"):
+            try:
+                startup.check_embedding_device(purpose)
+                path = provider.prepare(purpose, progress=self.stdout.write)
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from exc
+            except EmbeddingError as exc:
+                raise CommandError(f"the local embedding model cannot be used: {exc}") from exc
+            ready.append(f"{purpose} on {provider.runtime(purpose).device} ({path.name if path else 'torch'})")
+        self.stdout.write(f"embedding model ready: {'; '.join(ready)} ({time.monotonic() - started:.1f}s)")
 
     def _environment(self, port: int) -> dict[str, str]:
         env = os.environ.copy()

@@ -1,0 +1,334 @@
+"""Documents per second of the local embedding model on a GPU, through the service's own document path, next to the
+CPU: what a Celery worker with ``EMBEDDING_DEVICE=cuda`` gains (README, "Scaling").
+
+Needs python with torch (a CUDA build for --device cuda), transformers, sentence-transformers, tokenizers,
+onnxruntime and numpy; not Django nor the service's other dependencies (``apps.core.embeddings`` imports without
+them). The model directory is an argument: a sentence-transformers directory of all-MiniLM-L6-v2 (or a copy with
+fp16 weights: ``--upcast`` converts them to fp32 first, into a temporary copy).
+
+1. check: the same texts through ``EMBEDDING_DEVICE`` (fp32, then fp16) and through torch on the CPU (fp32):
+   cosine per text, min and mean;
+2. documents/s through ``LocalEmbeddingProvider`` as the worker's indexers use it: every document chunked
+   (``provider.chunk``, 128-token windows), every piece embedded (``provider.embed_documents``), for each
+   precision and ``--batches`` (the provider's batch size, ``EMBEDDING_BATCH_SIZE``), after a warm-up pass;
+3. the CPU on one thread, the same path, torch and (where the ``onnx`` package is installed, for the export)
+   onnxruntime;
+4. ``--profile``: each CPU backend in a fresh process on one thread: import and load seconds, query p50,
+   PSS after load and after embedding documents (Linux).
+
+Prints a table; writes JSON to ``--json`` or ``$OUT/embeddings_gpu.json``. Well under 4 minutes on an H200 with the
+defaults. Here (no GPU): ``python bench/embeddings_gpu.py --device cpu --docs 64 --batches 16``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WORDS = (
+    "the a to of and in that is for on with as it be at by this we you from or have not are but they our will "
+    "can all about more when which their there one would so what up out if has been also into time only new some "
+    "could these two may first then do any like my now over such after most other well where your just year "
+    "meeting project budget report customer invoice deploy service database migration release schedule "
+    "coffee lunch flight hotel booking Kyoto Berlin Lisbon doctor appointment dentist insurance contract "
+    "review deadline Friday Monday morning evening weekly quarterly manager team engineer designer intern "
+    "prefers wants asked forgot reminded noted confirmed cancelled moved renamed archived shipped fixed "
+    "latency regression search index vector embedding pipeline Rust Python PostgreSQL Redis Kubernetes "
+    "sourdough tomatoes basil bicycle marathon chess guitar novel lighthouse keeper garden balcony kitchen "
+    "renovation apartment rent mortgage savings tax receipts euros dollars 2024 2025 9:30 7:40 15% #42"
+).split()
+
+
+def corpus(count: int, seed: int) -> list[str]:
+    """Memory-like documents of varied lengths: 60% short (5-25 words), 30% medium (40-120), 9% long (150-400,
+    one to three chunks), 1% very long (800-2000, up to ~20 chunks)."""
+    rng = random.Random(seed)
+
+    def sentence() -> str:
+        words = rng.choices(WORDS, k=rng.randint(5, 18))
+        return " ".join(words).capitalize() + rng.choice([".", ".", ".", "?", "!"])
+
+    def text(words: int) -> str:
+        out: list[str] = []
+        while sum(len(s.split()) for s in out) < words:
+            out.append(sentence())
+        return " ".join(out)
+
+    documents = []
+    for _ in range(count):
+        kind = rng.random()
+        size = (rng.randint(5, 25) if kind < 0.6 else rng.randint(40, 120) if kind < 0.9
+                else rng.randint(150, 400) if kind < 0.99 else rng.randint(800, 2000))  # fmt: skip
+        documents.append(text(size))
+    return documents
+
+
+def safetensors_dtype(path: Path) -> str:
+    """The floating-point dtype(s) of a safetensors file's weights, from its JSON header (no torch): "F32", "F16"."""
+    with path.open("rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+    return "+".join(sorted({v["dtype"] for k, v in header.items() if k != "__metadata__" and v["dtype"].startswith(("F", "BF"))}))
+
+
+def upcast(model_dir: Path, work: Path) -> Path:
+    """A copy of ``model_dir`` with fp32 weights (every other file linked)."""
+    from safetensors.torch import load_file, save_file
+
+    copy = work / "model-fp32"
+    shutil.copytree(model_dir, copy, copy_function=os.symlink, ignore=shutil.ignore_patterns("model.safetensors"))
+    tensors = {name: tensor.float().contiguous() for name, tensor in load_file(str(model_dir / "model.safetensors")).items()}
+    save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
+    return copy
+
+
+def write_fp16_copy(model_dir: Path | None, destination: Path) -> None:
+    """The model directory with its weights in fp16 (numpy only): 45 MB instead of 91 MB."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from apps.core.embeddings import minilm
+
+    source = model_dir or minilm.model_path()
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("model.safetensors", "README.md", ".gitattributes"))
+    tensors = load_file(str(source / "model.safetensors"))
+    save_file({k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in tensors.items()},
+              str(destination / "model.safetensors"), metadata={"format": "pt"})  # fmt: skip
+    (destination / "model.safetensors").chmod(0o644)
+    size = sum(f.stat().st_size for f in destination.rglob("*") if f.is_file())
+    print(f"{destination}: {size / 1e6:.1f} MB")
+
+
+def cosines(a: Any, b: Any) -> dict[str, float]:
+    import numpy as np
+
+    values = (np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)).sum(axis=1)
+    return {"min": float(values.min()), "mean": float(values.mean())}
+
+
+def documents_per_second(provider: Any, documents: list[str], warm_up: int) -> dict[str, Any]:
+    """The worker's path: chunk every document, embed every piece; wall time of both, after a warm-up pass."""
+    provider.embed_documents([p for d in documents[:warm_up] for p in provider.chunk(d)])
+    started = time.perf_counter()
+    pieces = [piece for document in documents for piece in provider.chunk(document)]
+    chunked = time.perf_counter()
+    vectors = provider.embed_documents(pieces)
+    seconds = time.perf_counter() - started
+    assert len(vectors) == len(pieces)
+    return {
+        "docs": len(documents), "pieces": len(pieces), "seconds": round(seconds, 3),
+        "chunk_seconds": round(chunked - started, 3),
+        "docs_per_s": round(len(documents) / seconds, 1), "pieces_per_s": round(len(pieces) / seconds, 1),
+    }  # fmt: skip
+
+
+def profile_child(backend: str, model_dir: Path, onnx_dir: Path, documents: int) -> None:
+    """One backend in this fresh process, one thread, with the service's malloc tuning: import, load, queries, PSS."""
+    from apps.core.native import tune_malloc
+
+    tune_malloc()
+    started = time.perf_counter()
+    if backend == "torch":
+        import sentence_transformers  # noqa: F401
+        import torch  # noqa: F401
+    else:
+        import onnxruntime  # noqa: F401
+        import tokenizers  # noqa: F401
+    from apps.core.embeddings.local import LocalEmbeddingProvider, load
+
+    imported = time.perf_counter()
+    provider = LocalEmbeddingProvider(backend=backend, threads=1, model_dir=model_dir, onnx_dir=onnx_dir)
+    load(provider.queries)
+    loaded = time.perf_counter()
+    pss_loaded = _pss_mb()
+    queries = [f"what does the user prefer about {w} {i}" for i, w in enumerate(WORDS * 2)][:200]
+    for query in queries[:10]:
+        provider.embed_query(query)
+    latencies = []
+    for query in queries:
+        t = time.perf_counter()
+        provider.embed_query(query)
+        latencies.append(time.perf_counter() - t)
+    texts = corpus(documents, seed=11)
+    provider.embed_documents([p for d in texts for p in provider.chunk(d)])
+    print(json.dumps({
+        "backend": backend, "import_s": round(imported - started, 2), "load_s": round(loaded - imported, 2),
+        "query_p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "query_p95_ms": round(sorted(latencies)[int(len(latencies) * 0.95)] * 1000, 2),
+        "pss_mb_after_load": pss_loaded, f"pss_mb_after_{documents}_documents": _pss_mb(),
+        "torch_imported": "torch" in sys.modules,
+    }))  # fmt: skip
+
+
+def _pss_mb() -> float | None:
+    try:
+        for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-dir", type=Path, default=None, help="sentence-transformers model directory (default: the bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--upcast", choices=("auto", "yes", "no"), default="auto", help="convert the weights to fp32 first (auto: when they are not)")
+    parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
+    parser.add_argument("--docs", type=int, default=20000, help="documents per throughput run (default 20000)")
+    parser.add_argument("--batches", default="128,256,512", help="provider batch sizes (default 128,256,512)")
+    parser.add_argument("--precisions", default="fp32,fp16", help="on the GPU (default fp32,fp16; the CPU runs fp32)")
+    parser.add_argument("--check-texts", type=int, default=2000, help="texts compared GPU vs CPU (default 2000)")
+    parser.add_argument("--cpu-docs", type=int, default=300, help="documents for the one-thread CPU rate (default 300)")
+    parser.add_argument("--profile", action="store_true", help="also each CPU backend in a fresh process (import, load, query p50, PSS)")
+    parser.add_argument("--profile-docs", type=int, default=2000, help="documents embedded before the second PSS reading (default 2000)")
+    parser.add_argument("--json", type=Path, default=None, help="results file (default $OUT/embeddings_gpu.json when OUT is set)")
+    parser.add_argument("--write-fp16-copy", type=Path, metavar="DIR", help="write a copy of the model directory with fp16 weights (half the size, to carry to a GPU machine) and exit")
+    parser.add_argument("--profile-child", nargs=3, metavar=("BACKEND", "MODEL_DIR", "ONNX_DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.write_fp16_copy:
+        write_fp16_copy(args.model_dir, args.write_fp16_copy)
+        return 0
+    if args.profile_child:
+        backend, model_dir, onnx_dir = args.profile_child
+        profile_child(backend, Path(model_dir), Path(onnx_dir), args.profile_docs)
+        return 0
+
+    started = time.monotonic()
+    from apps.core.embeddings import minilm, onnx_export
+    from apps.core.embeddings.local import LocalEmbeddingProvider, load
+    from apps.core.native import torch_environment
+
+    torch_environment()
+    import torch
+
+    work = Path(tempfile.mkdtemp(prefix="embeddings-gpu-"))
+    results: dict[str, Any] = {"command": " ".join([Path(sys.argv[0]).name, *argv]), "notes": []}
+    try:
+        model_dir = args.model_dir or minilm.model_path()
+        weights = safetensors_dtype(model_dir / "model.safetensors")
+        if args.upcast == "yes" or (args.upcast == "auto" and weights != "F32"):
+            model_dir = upcast(model_dir, work)
+            results["notes"].append(f"weights {weights} upcast to F32 into a temporary copy")
+        gpu = args.device != "cpu"
+        versions = {name: _version(name) for name in ("torch", "transformers", "sentence-transformers", "tokenizers", "onnxruntime", "numpy", "onnx")}
+        results["machine"] = {
+            "python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "gpu": torch.cuda.get_device_name(0) if gpu and torch.cuda.is_available() else None,
+            "torch_cuda": torch.version.cuda, "versions": versions, "weights": weights,
+        }  # fmt: skip
+        precisions = [p for p in args.precisions.split(",") if gpu or p == "fp32"]
+        batches = [int(b) for b in args.batches.split(",")]
+
+        # 1. The device's vectors against torch's on the CPU (fp32, all cores).
+        check_texts = [p for d in corpus(args.check_texts, seed=5) for p in minilm.Chunker(minilm.ModelFiles(model_dir)).chunk(d)][: args.check_texts]
+        reference = minilm.TorchEncoder(minilm.ModelFiles(model_dir), device="cpu").encode(check_texts, 64)
+        results["check"] = {"texts": len(check_texts)}
+        for precision in precisions:
+            provider = LocalEmbeddingProvider(backend="onnx", device=args.device, precision=precision, batch_size=256, model_dir=model_dir, onnx_dir=work)
+            results["check"]["backend_" + precision] = provider.check_device("documents")
+            results["check"][f"{args.device}_{precision}_vs_cpu_fp32"] = cosines(provider.embed_documents(check_texts), reference)
+
+        # 2. Documents/s through the provider's document path.
+        documents = corpus(args.docs, seed=1)
+        results["throughput"] = []
+        for precision in precisions:
+            for batch in batches:
+                provider = LocalEmbeddingProvider(backend="onnx", device=args.device, precision=precision, batch_size=batch, model_dir=model_dir, onnx_dir=work)
+                run = documents_per_second(provider, documents, warm_up=batch)
+                results["throughput"].append({"device": args.device, "backend": load(provider.documents).backend, "precision": precision, "batch": batch, **run})
+                print(f"  {args.device} {precision} batch {batch}: {run['docs_per_s']:,.0f} docs/s", file=sys.stderr, flush=True)
+
+        # 3. The CPU on one thread, same path: onnxruntime (needs the export, which needs the onnx package) and torch.
+        cpu_documents = documents[: args.cpu_docs]
+        results["cpu_one_thread"] = []
+        backends = ["torch"]
+        try:
+            onnx_export.ensure_export(work, model_dir, progress=lambda line: print(" ", line, file=sys.stderr, flush=True))
+            backends.insert(0, "onnx")
+        except Exception as exc:
+            results["notes"].append(f"no onnxruntime CPU rate: the ONNX export failed ({str(exc)[:200]})")
+        for backend in backends:
+            provider = LocalEmbeddingProvider(backend=backend, threads=1, model_dir=model_dir, onnx_dir=work)
+            results["cpu_one_thread"].append({"backend": backend, "batch": provider.batch_size, **documents_per_second(provider, cpu_documents, warm_up=8)})
+
+        # 4. Each CPU backend in a fresh process.
+        if args.profile:
+            results["profile"] = []
+            for backend in backends:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--profile-docs", str(args.profile_docs), "--profile-child", backend, str(model_dir), str(work)],
+                    capture_output=True, text=True, timeout=900, cwd=ROOT,
+                )  # fmt: skip
+                if done.returncode != 0:
+                    results["notes"].append(f"profile {backend} failed: {done.stderr[-500:]}")
+                    continue
+                results["profile"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        results["seconds"] = round(time.monotonic() - started, 1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(report(results))
+    out = args.json or (Path(os.environ["OUT"]) / "embeddings_gpu.json" if os.environ.get("OUT") else None)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2))
+        print(f"\nJSON: {out}")
+    return 0
+
+
+def report(results: dict[str, Any]) -> str:
+    machine = results["machine"]
+    lines = [
+        f"Machine: {machine['gpu'] or 'no GPU'}, {machine['cpus']} CPUs, python {machine['python']}, "
+        + ", ".join(f"{k} {v}" for k, v in machine["versions"].items() if v),
+        "",
+        "Check against torch on the CPU (fp32), cosine per text: "
+        + "; ".join(f"{k.replace('_vs_cpu_fp32', '')} min {v['min']:.6f} mean {v['mean']:.7f}"
+                    for k, v in results["check"].items() if isinstance(v, dict))
+        + f" ({results['check']['texts']} texts)",
+        "",
+        "| device | backend | precision | batch | docs | pieces | docs/s | pieces/s | seconds (chunking) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["throughput"] + [{**r, "device": "cpu, 1 thread", "precision": "fp32"} for r in results["cpu_one_thread"]]:
+        lines.append(
+            f"| {row['device']} | {row['backend']} | {row['precision']} | {row['batch']} | {row['docs']:,} | {row['pieces']:,} | "
+            f"{row['docs_per_s']:,.1f} | {row['pieces_per_s']:,.1f} | {row['seconds']} ({row['chunk_seconds']}) |"
+        )
+    if results.get("profile"):
+        lines += ["", "| CPU backend, fresh process, 1 thread | import s | load s | query p50 / p95 ms | PSS MB after load / after documents | torch imported |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for p in results["profile"]:
+            after = next(v for k, v in p.items() if k.startswith("pss_mb_after_") and k != "pss_mb_after_load")
+            lines.append(f"| {p['backend']} | {p['import_s']} | {p['load_s']} | {p['query_p50_ms']} / {p['query_p95_ms']} | "
+                         f"{p['pss_mb_after_load']} / {after} | {p['torch_imported']} |")  # fmt: skip
+    lines += ["", *[f"Note: {note}" for note in results["notes"]], f"Total: {results.get('seconds')} s"]
+    return "\n".join(lines)
+
+
+def _version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,191 @@
+"""The quality gate of the local model's default runtime (onnxruntime on the ONNX export) against the model on
+torch (sentence-transformers, fp32), which is what every stored vector was made with before the export existed:
+
+* on 1,000 varied texts (short, long past the 256-token window, other scripts, code, blank) every vector has
+  cosine >= 0.99999 to torch's;
+* a query's vector in a batch (the query batcher) equals its vector alone;
+* on a 2,000-text corpus, the 10 nearest texts of each of 100 queries are the same as torch's (recall@10 = 1.0);
+* long texts are chunked exactly as before (the offsets of the ``tokenizers`` library equal those of the Hugging
+  Face tokenizer sentence-transformers uses).
+
+torch's vectors are computed once and cached under var/test-cache/, keyed by the texts, the model's files and the
+torch and sentence-transformers versions, so a run after the first does not run torch at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from django.conf import settings
+
+from apps.core.embeddings import local, minilm
+
+pytestmark = pytest.mark.model
+
+SUBJECTS = ["Bob", "the user", "my manager", "Alice from finance", "the on-call engineer", "our biggest customer",
+            "Grandma", "the landlord", "Dr. Patel", "the new intern", "the design team", "Bob's sister"]  # fmt: skip
+VERBS = ["prefers", "asked for", "forgot", "ordered", "reviewed", "cancelled", "is allergic to", "wants", "deployed",
+         "complained about", "booked", "paid for", "renamed", "archived", "scheduled"]  # fmt: skip
+OBJECTS = ["oat milk in coffee", "the quarterly budget draft", "a window seat on the flight to Kyoto", "peanuts",
+           "the billing service", "weekly status reports", "the dentist appointment", "a standing desk",
+           "the Rust ingestion pipeline", "dark mode", "the 7:40 train", "a sourdough starter", "invoices in euros",
+           "the kitchen renovation", "the vacation calendar", "a talk on vector databases", "the contract",
+           "tomatoes and basil", "a new road bike", "the onboarding checklist"]  # fmt: skip
+CONTEXTS = ["since last spring", "according to the March meeting notes", "when travelling for work", "yesterday",
+            "during the retrospective", "for the foreseeable future", "after the incident review", "on Fridays",
+            "until the end of the year", "as a long-standing habit", ""]  # fmt: skip
+FOREIGN = ["Bob trinkt morgens einen Flat White.", "Le client préfère les réponses concises.", "東京で会議があります。",
+           "Боб предпочитает чай после обеда.", "El informe trimestral está listo.", "naïve café résumé Zürich ☕🚀",
+           "¿Dónde está la llave de repuesto?", "Η συνάντηση μεταφέρθηκε στις 9:30.", "오늘 회의는 취소되었습니다."]  # fmt: skip  # noqa: RUF001
+ODD = ["", " ", "\n\t", "?", "ok", "SELECT * FROM memory_vectors WHERE field = 'text' LIMIT 10;",
+       "https://example.com/a/b?c=d#e", "user@example.com", "+1 (555) 010-9999", "$12.50 / 3 = 4.1666…",
+       "def f(x):\n    return x ** 2", "   padded with spaces   ", "ALL CAPS SHOUTING ABOUT THE DEPLOY",
+       "a" * 300, "word " * 600]  # fmt: skip
+
+
+def varied_texts(count: int, seed: int, *, long_share: float = 0.04, paragraph: int = 6) -> list[str]:
+    """``count`` distinct, deterministic texts of every shape the service embeds: facts, questions, paragraphs of up
+    to ``paragraph`` facts (a ``long_share`` of them past the model's 256-token window), other scripts, code and
+    edge cases."""
+    rng = random.Random(seed)
+
+    def fact() -> str:
+        return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(CONTEXTS)}".strip()
+
+    texts = dict.fromkeys([*ODD, *FOREIGN])
+    while len(texts) < count:
+        kind = rng.random()
+        if kind < long_share:
+            text = " ".join(fact() + "." for _ in range(rng.randint(25, 45)))  # past the 256-token window
+        elif kind < 0.5:
+            text = fact() + rng.choice([".", "", "!", " ..."])
+        elif kind < 0.7:
+            text = f"what does {rng.choice(SUBJECTS).lower()} {rng.choice(['want', 'know', 'say'])} about {rng.choice(OBJECTS)}?"
+        elif kind < 0.85:
+            text = " ".join(fact() + "." for _ in range(rng.randint(2, paragraph)))
+        else:
+            text = f"{rng.choice(FOREIGN)} {fact()} #{rng.randint(0, 999)}"
+        texts.setdefault(text)
+    return list(texts)[:count]
+
+
+def torch_reference(texts: list[str]) -> np.ndarray:
+    """sentence-transformers on torch, fp32, CPU: the model as published. Cached by everything that decides it."""
+    path = minilm.model_path()
+    key = hashlib.sha256(
+        "\0".join([minilm.model_digest(path), version("torch"), version("sentence-transformers"), *texts]).encode()
+    ).hexdigest()[:24]
+    cache = Path(settings.DATA_DIR) / "test-cache" / f"embeddings-torch-{key}.npy"
+    if cache.exists():
+        return np.load(cache)
+    vectors = minilm.TorchEncoder(minilm.ModelFiles(path)).encode(texts, batch_size=64)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    temporary = cache.with_suffix(f".{threading.get_ident()}.tmp.npy")
+    np.save(temporary, vectors)
+    temporary.replace(cache)
+    return vectors
+
+
+@pytest.fixture(scope="module")
+def provider() -> local.LocalEmbeddingProvider:
+    """The default local provider: what the web processes and the worker run."""
+    return local.LocalEmbeddingProvider(onnx_dir=settings.EMBEDDING_ONNX_DIR)
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    return varied_texts(1000, seed=23)
+
+
+def test_default_backend_is_onnxruntime(provider: local.LocalEmbeddingProvider) -> None:
+    encoder = local.load(provider.queries)
+    assert encoder.backend == "onnx" and local.load(provider.documents) is encoder
+
+
+def test_vectors_match_torch_on_1000_varied_texts(provider: local.LocalEmbeddingProvider, sentences: list[str]) -> None:
+    ours = np.asarray(provider.embed_documents(sentences), dtype=np.float32)  # the worker's path
+    reference = torch_reference(sentences)
+    cosines = (ours * reference).sum(axis=1)
+    worst = int(cosines.argmin())
+    assert cosines.min() >= 0.99999, (cosines.min(), sentences[worst][:80])
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_batched_query_equals_a_lone_encode(provider: local.LocalEmbeddingProvider, sentences: list[str]) -> None:
+    texts = sentences[:48]
+    alone = {text: provider.embed_query(text) for text in texts}
+    encoder = local.load(provider.queries)
+    batch_sizes: list[int] = []
+    original = encoder.encode
+
+    def recording(batch: list[str], batch_size: int) -> Any:
+        batch_sizes.append(len(batch))
+        return original(batch, batch_size)
+
+    together: dict[str, list[float]] = {}
+    barrier = threading.Barrier(len(texts))
+
+    def search(text: str) -> None:
+        barrier.wait()
+        together[text] = provider.embed_query(text)
+
+    encoder.encode = recording  # type: ignore[method-assign]
+    try:
+        workers = [threading.Thread(target=search, args=(text,)) for text in texts]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        del encoder.encode
+    assert max(batch_sizes) > 1, batch_sizes  # the queries were batched...
+    for text in texts:  # ...and each got the vector it gets alone
+        assert np.abs(np.subtract(alone[text], together[text])).max() < 1e-6, text[:80]
+
+
+def test_search_results_match_torch_on_a_2000_text_corpus(provider: local.LocalEmbeddingProvider) -> None:
+    corpus = varied_texts(2000, seed=2000, long_share=0.005, paragraph=3)  # memory-sized texts
+    queries = [text for text in varied_texts(400, seed=7, long_share=0) if 8 < len(text) < 120][:100]
+    ours = np.asarray(provider.embed_documents(corpus), dtype=np.float32)
+    our_queries = np.asarray([provider.embed_query(q) for q in queries], dtype=np.float32)
+    reference = torch_reference(corpus)
+    reference_queries = torch_reference(queries)
+    ours_top = np.argsort(-(our_queries @ ours.T), axis=1, kind="stable")[:, :10]
+    torch_top = np.argsort(-(reference_queries @ reference.T), axis=1, kind="stable")[:, :10]
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ours_top, torch_top, strict=True)])
+    assert recall == 1.0
+
+
+def test_chunking_is_unchanged(provider: local.LocalEmbeddingProvider) -> None:
+    """The chunks are those the provider cut with sentence-transformers' Hugging Face tokenizer before."""
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(minilm.model_path()), local_files_only=True)
+    window, stride = 128, 96
+
+    def chunk_before(text: str) -> list[str]:  # the torch-era implementation, verbatim but for the tokenizer call
+        offsets = hf(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+        if len(offsets) <= window:
+            return [text]
+        chunks, start = [], 0
+        while True:
+            end = min(start + window, len(offsets))
+            begin = 0 if start == 0 else offsets[start][0]
+            finish = len(text) if end == len(offsets) else offsets[end][0]
+            chunks.append(text[begin:finish])
+            if end == len(offsets):
+                return chunks
+            start += stride
+
+    long_texts = [t for t in varied_texts(300, seed=5, long_share=0.3) if len(t) > 600][:60]
+    long_texts.append("  " + "".join(f"Zürich 東京 naïve café, line {i}; " for i in range(300)) + " the end.  ")
+    assert len(long_texts) > 40
+    for text in long_texts:
+        assert provider.chunk(text) == chunk_before(text)
