@@ -90,6 +90,7 @@ def upcast(model_dir: Path, work: Path) -> Path:
     from safetensors.torch import load_file, save_file
 
     copy = work / "model-fp32"
+    model_dir = model_dir.resolve()  # the links below must not be relative to the working directory
     shutil.copytree(model_dir, copy, copy_function=os.symlink, ignore=shutil.ignore_patterns("model.safetensors"))
     tensors = {name: tensor.float().contiguous() for name, tensor in load_file(str(model_dir / "model.safetensors")).items()}
     save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
