@@ -3,10 +3,9 @@
 - ``create_hnsw_index``: the HNSW cosine index per embedding dimension, a partial expression index on
   ``embedding::vector(<dimension>)`` (the columns are untyped ``vector`` so one table serves any provider), created
   by ``manage.py migrate`` (``create_index_after_migrate``: a post_migrate step of each app with vectors, for the
-  configured provider) and by
-  ``reindex_memories``, under an advisory lock so that processes arriving together do not collide; queries use the
-  same expression so the planner can take it. Never on the request path: the service may run as a database role
-  without DDL rights (``check_hnsw_index`` only looks the index up).
+  configured provider) and by ``reindex_memories``, under an advisory lock so that processes arriving together do
+  not collide; queries use the same expression so the planner can take it. Never on the request path: the service
+  may run as a database role without DDL rights (``check_hnsw_index`` only looks the index up).
 - ``ScopeSizes``: the exact-vs-ANN plan choice. A scope of at most ``threshold`` vectors (counted with a bounded
   probe, cached briefly) is ranked exactly: walking HNSW for a selective filter visits more candidates than the
   scope holds, so exact is faster there and has recall 1. A larger scope walks HNSW with pgvector's iterative scan.
