@@ -126,12 +126,18 @@ class MemoryEvent(models.Model):
     class Meta:
         db_table = "memory_events"
         indexes = [
-            GinIndex(fields=["namespace"], name="memory_events_ns_gin"),
+            # For prefixes deeper than the owner. No pending list (fastupdate): every scan reads all of it until
+            # VACUUM merges it, and events arrive one per write (migration 0007).
+            GinIndex(fields=["namespace"], name="memory_events_ns_gin", fastupdate=False),
             models.Index(fields=["occurred_at"], name="memory_events_occurred"),
             # The events page walks one owner's timeline in seq order: `namespace[1:2] = owner ORDER BY seq + 0`
             # (selectors.events_query; `+ 0` so the primary key cannot serve that order). Migration 0004 also keeps
             # statistics on namespace[1:n] (CREATE STATISTICS) for prefixes deeper than the owner.
             models.Index(SliceTransform(1, 2, "namespace"), F("seq") + 0, name="memory_events_owner_seq"),
+            # A page filtered by kind walks one kind at a time, and the walks are merged (migration 0007).
+            models.Index(
+                SliceTransform(1, 2, "namespace"), "kind", F("seq") + 0, name="memory_events_owner_kind_seq"
+            ),
         ]
 
     def __str__(self) -> str:

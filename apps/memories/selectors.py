@@ -218,13 +218,19 @@ def events_query(
     never mistaken for a few rows to collect and sort; and the order and cursor are written ``seq + 0``, which the
     primary key cannot provide, so PostgreSQL cannot walk every owner's events in seq order and filter out the
     others (it did so for a large owner: 70 ms skipping 120k other events after a polling client's cursor). A
-    shorter prefix (admins) walks the primary key."""
-    seq = "(e.seq + 0)" if len(scope.namespace_prefix) >= filters.OWNER_DEPTH else "e.seq"
+    shorter prefix (admins) walks the primary key.
+
+    With ``kinds``, inside an owner's subtree the page is one walk per kind on memory_events_owner_kind_seq,
+    ``(namespace[1:2], kind, seq + 0)``, each stopped after ``limit`` rows, merged in seq order: a walk of the
+    owner's timeline filtered by kind reads every event of the other kinds in between (a first ``kinds=delete``
+    page after 10k updates read 13k of them, 7-35 ms; 0.2-0.3 ms per kind walked)."""
+    owner_walk = len(scope.namespace_prefix) >= filters.OWNER_DEPTH
+    seq = "(e.seq + 0)" if owner_walk else "e.seq"
     prefix_sql, prefix_params = filters.owner_prefix_sql(scope.namespace_prefix, "e.namespace")
     filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "e.attributes")
     where = [prefix_sql, filter_sql]
     params: list[Any] = [*prefix_params, *filter_params]
-    if kinds:
+    if kinds and not owner_walk:
         where.append("e.kind = ANY(%s)")
         params.append(kinds)
     if after is not None:
@@ -236,11 +242,16 @@ def events_query(
     if after_seq is not None:
         where.append(f"{seq} > %s")
         params.append(after_seq)
-    sql = (
-        "SELECT e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes "  # noqa: S608
-        f"FROM memory_events e WHERE {' AND '.join(where)} ORDER BY {seq} LIMIT %s"
-    )
-    return sql, [*params, limit]
+    columns = "e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes"
+    if not (kinds and owner_walk):
+        sql = f"SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} ORDER BY {seq} LIMIT %s"  # noqa: S608
+        return sql, [*params, limit]
+    # One walk per kind. The kind is compared with =: with = ANY the index order would not be seq order.
+    walk = f"(SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} AND e.kind = %s ORDER BY {seq} LIMIT %s)"  # noqa: S608
+    kinds = list(dict.fromkeys(kinds))
+    walks = " UNION ALL ".join([walk] * len(kinds))
+    sql = f"SELECT {columns} FROM ({walks}) AS e ORDER BY e.seq LIMIT %s"  # noqa: S608
+    return sql, [*(value for kind in kinds for value in (*params, kind, limit)), limit]
 
 
 def list_events(principal: Principal, query: EventQuery) -> dict:
