@@ -859,6 +859,7 @@ def main(argv: Sequence[str]) -> int:
             except h.BenchError as exc:
                 failure = str(exc)
             rows = bench.rows
+            notes += bench.notes
             policy = measure_policy(args, principal)
     except KeyboardInterrupt:
         h.log("interrupted; server stopped")
