@@ -23,7 +23,7 @@ $(VENV)/.installed: $(VENV)/bin/python requirements/base.txt $(wildcard requirem
 	$(BIN)/pip install --quiet -r requirements/base.txt
 	touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed requirements/dev.txt
+$(VENV)/.installed-dev: $(VENV)/.installed requirements/dev.txt requirements/clients.txt clients/python/pyproject.toml
 	$(BIN)/pip install --quiet -r requirements/dev.txt
 	touch $@
 

@@ -116,8 +116,10 @@ def server_env(database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def migrate(database_url: str, timeout: float = 300) -> None:
-    """`manage.py migrate` in a subprocess, so this process never holds Django's connection to a half-built schema."""
+def migrate(database_url: str, timeout: float = 300, hnsw_indexes: bool = True) -> None:
+    """`manage.py migrate` in a subprocess, so this process never holds Django's connection to a half-built schema.
+    Migrate also creates the HNSW indexes of the configured provider; ``hnsw_indexes=False`` drops them again, for a
+    benchmark that bulk-loads vectors first and builds (and times) the index after."""
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
@@ -130,6 +132,16 @@ def migrate(database_url: str, timeout: float = 300) -> None:
     )
     if result.returncode != 0:
         raise BenchError(f"manage.py migrate failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    if not hnsw_indexes:
+        import psycopg
+
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            names = conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'memory\\_vectors\\_hnsw\\_%' "
+                "OR indexname LIKE 'conv\\_entry\\_vectors\\_hnsw\\_%'"
+            ).fetchall()
+            for (name,) in names:
+                conn.execute(f'DROP INDEX IF EXISTS "{name}"')
     log(f"migrated in {time.monotonic() - started:.1f}s")
 
 
@@ -216,7 +228,7 @@ def web_server(
     )
     command = [
         str(VENV_BIN / "gunicorn"), *gunicorn_args, app,
-        "-k", "uvicorn_worker.UvicornWorker",
+        "-k", "config.http_server.ServiceUvicornWorker",
         "--bind", f"{host}:{port}",
         "--workers", str(workers),
         "--graceful-timeout", "10",

@@ -151,7 +151,7 @@ def build_index(dimension: int) -> float:
     started = time.monotonic()
     with connection.cursor() as cursor:
         cursor.execute("SET maintenance_work_mem = '1GB'")
-    vector_index.ensure_index(dimension)
+    vector_index.create_index(dimension)
     return round(time.monotonic() - started, 1)
 
 
@@ -287,7 +287,7 @@ def main(argv: Sequence[str]) -> int:
     h.install_sigterm_handler()
     server_url = h.embedded_postgres_url()
     database_url = h.recreate_database(server_url, BENCH_DB)
-    h.migrate(database_url)
+    h.migrate(database_url, hnsw_indexes=False)
     redis_url = sem.bench_redis_url()
     h.setup_django(database_url, EMBEDDING_PROVIDER="local", REDIS_URL=redis_url)
     from django.db import connection
@@ -310,8 +310,8 @@ def main(argv: Sequence[str]) -> int:
             if position:
                 connection.close()
                 database_url = h.recreate_database(server_url, BENCH_DB)
-                h.migrate(database_url)
-                vectors.forget_ensured()
+                h.migrate(database_url, hnsw_indexes=False)
+                vectors.forget_checked()
             loaded = load(database_url, size, sentences, centroids, model, args.seed + size)
             h.log(f"{size:,} entries in {loaded['conversations']:,} conversations loaded in {loaded['load_seconds']}s")
             build_seconds = build_index(provider.dimension)

@@ -226,12 +226,14 @@ class Floor:
         return h.execute_bound(conn, sql, params).fetchall()
 
     def events(
-        self, conn: Any, scope: Any, after_seq: int | None, limit: int = 50, kinds: list[str] | None = None
+        self, conn: Any, scope: Any, after: tuple[int, int] | None, limit: int = 50, kinds: list[str] | None = None
     ) -> list[Any]:
         from apps.memories import selectors
 
-        # The service's own page statement, run through psycopg alone, bound as the service binds it.
-        sql, params = selectors.events_query(scope, kinds=kinds, after_seq=after_seq, limit=limit)
+        # The service's own statements (the horizon, then the page), run through psycopg alone, bound as the
+        # service binds them.
+        horizon = selectors.Horizon(*h.execute_bound(conn, selectors.HORIZON_SQL, []).fetchone())
+        sql, params = selectors.events_query(scope, horizon=horizon, kinds=kinds, after_position=after, limit=limit)
         return h.execute_bound(conn, sql, params).fetchall()
 
 
@@ -339,7 +341,6 @@ class Bench:
 def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
     """Run each operation once through the service's own code (in this process, captured) and once through the
     floor (traced), on a scratch user, and compare statement by statement. Returns the differences."""
-    from apps.core import pagination
     from apps.core.auth.principal import Principal
     from apps.memories import selectors, services
 
@@ -352,7 +353,7 @@ def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
     conn = h.floor_connection(database_url, h.tracing_cursor_class(traced))
     parity_floor = Floor({"namespace": "user", "sub": user})
     scope = selectors.scope_for(principal, ["user", user], None)
-    cursor = pagination.encode_cursor(0, uuid.uuid4())
+    cursor = selectors.encode_event_cursor((0, 0))
     checks: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
         ("PUT add", lambda: services.put_memory(principal, namespace=item.namespace, key=item.key, value={"a": 1}),
          lambda: parity_floor.put(conn, floor_item, 64)),
@@ -366,7 +367,7 @@ def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
         (("namespaces", "events page"), lambda: selectors.list_namespaces(principal, prefix=[], suffix=[], max_depth=3),
          lambda: parity_floor.namespaces(conn, scope, 3)),
         ("events", lambda: selectors.list_events(principal, selectors.EventQuery([], None, None, None, cursor, 50)),
-         lambda: parity_floor.events(conn, scope, 0)),
+         lambda: parity_floor.events(conn, scope, (0, 0))),
         (("DELETE",), lambda: services.delete_memory(principal, namespace=item.namespace, key=item.key),
          lambda: parity_floor.delete(conn, floor_item)),
     ]
@@ -544,11 +545,11 @@ def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: l
 def measure_events(bench: Bench, scope: Any, label: str, kinds: list[str] | None = None) -> None:
     """A page of 50 events: from the middle of bob's timeline, or with ``kinds`` the first page of those kinds.
     HTTP and the floor must return the same events; the floor statement's plan goes into the notes."""
-    from apps.core import pagination
+    from apps.memories import selectors
 
     floor = bench.floor
     query: dict[str, Any] = {"limit": 50}
-    after_seq = None
+    position = None
     with h.floor_connection(bench.database_url) as conn:
         if kinds:
             query["kinds"] = ",".join(kinds)
@@ -556,13 +557,12 @@ def measure_events(bench: Bench, scope: Any, label: str, kinds: list[str] | None
             total = conn.execute(
                 "SELECT count(*) FROM memory_events WHERE namespace[1:2] = %s::text[]", [ROOT]
             ).fetchone()
-            middle = conn.execute(
-                "SELECT seq, id FROM memory_events WHERE namespace[1:2] = %s::text[] ORDER BY seq OFFSET %s LIMIT 1",
+            position = tuple(conn.execute(
+                "SELECT tx, seq FROM memory_events WHERE namespace[1:2] = %s::text[] ORDER BY tx, seq OFFSET %s LIMIT 1",
                 [ROOT, total[0] // 2],
-            ).fetchone()
-            after_seq = middle[0]
-            query["after_cursor"] = pagination.encode_cursor(middle[0], middle[1])
-        floor_events = [str(row[1]) for row in floor.events(conn, scope, after_seq, kinds=kinds)]
+            ).fetchone())
+            query["after_cursor"] = selectors.encode_event_cursor(position)
+        floor_events = [str(row[2]) for row in floor.events(conn, scope, position, kinds=kinds)]
     events_path = f"/v1/memories/events?{urllib.parse.urlencode(query)}"
     session = bench.session()
     http_events = [event["id"] for event in session.json("GET", events_path)["events"]]
@@ -573,17 +573,18 @@ def measure_events(bench: Bench, scope: Any, label: str, kinds: list[str] | None
         bench.run(
             label, concurrency, requests,
             lambda s, i: s.request("GET", events_path),
-            lambda c, i: floor.events(c, scope, after_seq, kinds=kinds),
+            lambda c, i: floor.events(c, scope, position, kinds=kinds),
         )
-    bench.notes.append(f"{label}: plan {events_plan(bench.database_url, scope, after_seq, kinds)}")
+    bench.notes.append(f"{label}: plan {events_plan(bench.database_url, scope, position, kinds)}")
 
 
-def events_plan(database_url: str, scope: Any, after_seq: int | None, kinds: list[str] | None) -> str:
+def events_plan(database_url: str, scope: Any, position: tuple[int, int] | None, kinds: list[str] | None) -> str:
     """The events statement's plan as a chain of nodes, with the rows each scan read (EXPLAIN ANALYZE)."""
     from apps.memories import selectors
 
-    sql, params = selectors.events_query(scope, kinds=kinds, after_seq=after_seq, limit=50)
     with h.floor_connection(database_url) as conn:
+        horizon = selectors.Horizon(*h.execute_bound(conn, selectors.HORIZON_SQL, []).fetchone())
+        sql, params = selectors.events_query(scope, horizon=horizon, kinds=kinds, after_position=position, limit=50)
         plan = h.execute_bound(conn, f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()[0][0]
 
     def describe(node: dict[str, Any]) -> str:

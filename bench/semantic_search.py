@@ -379,14 +379,14 @@ def relation_mb(database_url: str, name: str) -> float:
 
 
 def build_index(database_url: str, maintenance_work_mem: str = "") -> dict[str, Any]:
-    """ensure_index exactly as the service calls it (settings' m / ef_construction) on the Django connection;
-    ``maintenance_work_mem`` set on that session first when given."""
+    """create_index exactly as `manage.py migrate` calls it (settings' m / ef_construction) on the Django
+    connection; ``maintenance_work_mem`` set on that session first when given."""
     from django.conf import settings
     from django.db import connection
 
     from apps.memories import vector_index
 
-    vector_index.forget_ensured()
+    vector_index.vectors.forget_checked()
     with connection.cursor() as cursor:
         cursor.execute(f"DROP INDEX IF EXISTS {vector_index.index_name(DIMENSION)}")
         cursor.execute("SET maintenance_work_mem = %s" if maintenance_work_mem else "RESET maintenance_work_mem",
@@ -394,7 +394,7 @@ def build_index(database_url: str, maintenance_work_mem: str = "") -> dict[str, 
         cursor.execute("SHOW maintenance_work_mem")
         maintenance_work_mem = cursor.fetchone()[0]
     started = time.monotonic()
-    vector_index.ensure_index(DIMENSION)
+    vector_index.create_index(DIMENSION)
     seconds = time.monotonic() - started
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memory_vectors")
@@ -1195,7 +1195,7 @@ def main(argv: Sequence[str]) -> int:
     notes: list[str] = []
     server_url = h.embedded_postgres_url()
     database_url = h.recreate_database(server_url, BENCH_DB)
-    h.migrate(database_url)
+    h.migrate(database_url, hnsw_indexes=False)
     h.setup_django(database_url, DEBUG="false")
 
     from django.db import connection
@@ -1239,7 +1239,7 @@ def main(argv: Sequence[str]) -> int:
             if position:
                 connection.close()
                 database_url = h.recreate_database(server_url, BENCH_DB)
-                h.migrate(database_url)
+                h.migrate(database_url, hnsw_indexes=False)
             wait_for_other_benchmarks(args.wait_other_bench, notes)
             data = make_data(size, centroids, sentences, query_vectors, args.seed + size)
             load_seconds = load_memories(database_url, data, model)

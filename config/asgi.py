@@ -4,7 +4,7 @@
 application through a2wsgi's fixed thread pool. Measured on this machine with a minimal DRF view (wrk, 16
 connections): Django's own ASGI handler under daphne 850 req/s; gunicorn + uvicorn workers + a2wsgi 3,800 req/s.
 
-Production: ``gunicorn config.asgi:application -k uvicorn_worker.UvicornWorker`` (see Procfile).
+Production: ``gunicorn config.asgi:application -k config.http_server.ServiceUvicornWorker`` (see Procfile).
 """
 
 from __future__ import annotations

@@ -5,19 +5,23 @@ a2wsgi runs the WSGI application in a thread pool and hands each response messag
 plain JSON response takes three such hops (start, body, end of body), and a small request body one more to read
 it. Under load every hop is a GIL hand-off between the request thread and a busy event loop.
 
-Here, for the request shape the REST API nearly always has:
+Here:
 
-* a body of declared length up to ``PRELOAD_BODY_BYTES`` is read on the event loop before the request thread
-  starts, so reading it costs the thread no hop;
+* every request body the endpoint may accept is read on the event loop before a request thread takes the request:
+  in memory up to ``PRELOAD_BODY_BYTES``, spilling to a temporary file beyond. A thread never waits on the network,
+  so slow clients cannot hold the thread pool (issue 21.8: 40 clients trickling large bodies stalled every request,
+  ``/healthz`` included); config.http_server bounds how long the loop waits for them. Reading it costs the thread
+  no hop either;
 * a response whose body is already in memory (every non-streaming Django response) is queued for the loop in one
   ``call_soon_threadsafe`` that the thread does not wait for: start, body and end together.
 
-A chunked request body (no Content-Length) is spooled on the loop too, to at most ``CHUNKED_BODY_MAX_BYTES`` + 1
-bytes, and handed over with the Content-Length it turned out to have: Django reads exactly CONTENT_LENGTH bytes
-and would otherwise see an empty body (a chunked PUT was a 400). Anything past that limit is larger than every
-endpoint accepts, so the application answers its own 413 on what was read.
+A chunked request body (no Content-Length) is spooled on the loop too, to at most the endpoint's limit + 1 bytes,
+and handed over with the Content-Length it turned out to have: Django reads exactly CONTENT_LENGTH bytes and would
+otherwise see an empty body (a chunked PUT was a 400). Past the limit the application answers its own 413 on what
+was read. A client that disconnects before its body is complete gets no application run at all.
 
-Streaming responses (downloads) and larger declared bodies keep a2wsgi's own path, with its back-pressure.
+A declared length past the endpoint's limit (the application answers 413 from the header without reading) and
+streaming responses (downloads) keep a2wsgi's own path, with its back-pressure.
 Ordering holds because the loop runs ``call_soon_threadsafe`` callbacks in submission order: the response is
 queued before the thread pool's completion callback resumes the responder, which then ends the queue and waits
 for the sender.
@@ -34,10 +38,8 @@ from typing import IO
 from a2wsgi.wsgi import WSGIMiddleware, WSGIResponder, build_environ
 from django.conf import settings
 
-# Declared bodies up to this size are read before the request thread starts; larger ones stream through a2wsgi.
+# Bodies up to this size are read into memory; larger ones spill to a temporary file while they arrive.
 PRELOAD_BODY_BYTES = 256 * 1024
-# Chunked bodies stay in memory up to this size, then spill to a temporary file.
-_SPOOL_MEMORY_BYTES = 1024 * 1024
 
 
 def chunked_body_max_bytes() -> int:
@@ -45,6 +47,20 @@ def chunked_body_max_bytes() -> int:
     from apps.attachments.views import MULTIPART_OVERHEAD_BYTES
 
     return max(settings.REQUEST_MAX_BODY_BYTES, settings.ATTACHMENT_MAX_BYTES + MULTIPART_OVERHEAD_BYTES)
+
+
+def body_limit(path: str) -> int:
+    """The largest body the endpoint at ``path`` accepts: uploads their own limit, everything else
+    REQUEST_MAX_BODY_BYTES (apps.core.middleware.BodySizeLimitMiddleware)."""
+    from apps.core.middleware import BodySizeLimitMiddleware
+
+    if path.startswith(BodySizeLimitMiddleware.exempt_prefixes):
+        return chunked_body_max_bytes()
+    return settings.REQUEST_MAX_BODY_BYTES
+
+
+# _read_body's answer when the client left before its body was complete.
+_GONE = object()
 
 
 class CoalescingResponder(WSGIResponder):
@@ -56,6 +72,8 @@ class CoalescingResponder(WSGIResponder):
         read = await _read_body(scope, receive)
         if read is None:
             return await super().__call__(scope, receive, send)
+        if read is _GONE:
+            return  # nobody to answer (or config.http_server answered 408 already)
         # WSGIResponder.__call__ with the body already read: a2wsgi builds its Body inside __call__, so the few
         # lines around it are repeated here rather than patched in.
         body, length = read
@@ -126,40 +144,48 @@ def _queue_all(queue, messages: list) -> None:
         queue.put_nowait(message)
 
 
-async def _read_body(scope, receive) -> tuple[IO[bytes], int] | None:
-    """The request body read on the loop, with its length; None for a declared length past PRELOAD_BODY_BYTES."""
+async def _read_body(scope, receive) -> tuple[IO[bytes], int] | object | None:
+    """The request body read on the loop, with its length; None for a declared length that is malformed or past
+    the endpoint's limit (the application answers those without reading), _GONE when the client left first."""
     declared = chunked = None
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
             declared = value
         elif name == b"transfer-encoding":
             chunked = value
+    limit = body_limit(scope.get("path", ""))
     if declared is not None:
         try:
             length = int(declared)
         except ValueError:
             return None  # the application answers the malformed header
-        if not 0 <= length <= PRELOAD_BODY_BYTES:
+        if not 0 <= length <= limit:
             return None
         if length == 0:
             return io.BytesIO(), 0
-        return await _spool(receive, length, io.BytesIO())
+        into = io.BytesIO() if length <= PRELOAD_BODY_BYTES else tempfile.SpooledTemporaryFile(PRELOAD_BODY_BYTES)
+        return await _spool(receive, length, into, exact=True)
     if chunked is None:
         return io.BytesIO(), 0  # no body
-    return await _spool(receive, chunked_body_max_bytes() + 1, tempfile.SpooledTemporaryFile(_SPOOL_MEMORY_BYTES))
+    return await _spool(receive, limit + 1, tempfile.SpooledTemporaryFile(PRELOAD_BODY_BYTES), exact=False)
 
 
-async def _spool(receive, limit: int, into: IO[bytes]) -> tuple[IO[bytes], int]:
-    """Body messages into ``into`` until the body ends or ``limit`` bytes are in; a disconnect ends it early."""
+async def _spool(receive, limit: int, into: IO[bytes], *, exact: bool) -> tuple[IO[bytes], int] | object:
+    """Body messages into ``into`` until the body ends or ``limit`` bytes are in (``exact``: the declared length,
+    which must all arrive); _GONE on a disconnect before that."""
     size = 0
     while size < limit:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            into.close()
+            return _GONE
         chunk = message.get("body", b"")[: limit - size]
         into.write(chunk)
         size += len(chunk)
         if not message.get("more_body", False):
+            if exact and size < limit:
+                into.close()
+                return _GONE  # the server saw the body end short of its Content-Length
             break
     into.seek(0)
     return into, size

@@ -3,8 +3,13 @@
 # The service evaluates the whole package (data.memories.filter) and uses two of its rules:
 #   namespace_prefix  replaces the requested prefix;
 #   attribute_filter  is ANDed with the caller's filter.
+# Both must be defined for every input: the service answers 500 policy_error when either is undefined (fail
+# closed). A policy that constrains nothing says so: namespace_prefix := input.namespace_prefix, attribute_filter
+# := {}.
 #
-# Admins (role "admin" in the flat jwt_claims.roles list) keep the requested prefix and get no attribute filter.
+# Admins (the role the service is configured with, ADMIN_ROLE, default "admin", passed as
+# input.context.role_names.admin; the caller's roles are the flat jwt_claims.roles list) keep the requested prefix
+# and get no attribute filter. Without role_names in the input nobody is an admin.
 #
 # Everyone else is confined to ["user", <user_id>] and always gets the attribute filter {"namespace": "user",
 # "sub": <user_id>}. The effective prefix is the intersection of the requested subtree with the caller's own one:
@@ -19,12 +24,12 @@ package memories.filter
 
 import rego.v1
 
-is_admin if "admin" in object.get(input, ["context", "jwt_claims", "roles"], [])
+is_admin if input.context.role_names.admin in object.get(input, ["context", "jwt_claims", "roles"], [])
 
 requested := object.get(input, "namespace_prefix", [])
 
 # A missing user id becomes "", which no stored segment equals: fail closed rather than leaving rules undefined
-# (an undefined namespace_prefix would mean "no constraint").
+# (an undefined namespace_prefix is a policy_error).
 user_id := object.get(input, ["context", "user_id"], "")
 
 own_prefix := ["user", user_id]

@@ -38,9 +38,13 @@ def children(pid: int) -> list[int]:
 
 
 def socket_inodes(pid: int) -> set[str]:
-    """The inodes of the sockets ``pid`` holds open."""
+    """The inodes of the sockets ``pid`` holds open (none once it has exited: a worker gunicorn is replacing)."""
     inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except FileNotFoundError:
+        return inodes
+    for fd in fds:
         try:
             target = os.readlink(fd)
         except OSError:  # closed since the listing
@@ -58,6 +62,17 @@ def tcp_inodes(port: int, state: str) -> list[str]:
         if int(fields[1].split(":")[1], 16) == port and fields[3] == state:
             inodes.append(fields[9])
     return inodes
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The IPv4 addresses listening on local ``port`` (``"127.0.0.1"``, ``"0.0.0.0"``)."""
+    addresses = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        address, _, local_port = fields[1].partition(":")
+        if int(local_port, 16) == port and fields[3] == LISTEN:
+            addresses.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return addresses
 
 
 def database_url(settings_dict: Mapping) -> str:
@@ -112,7 +127,7 @@ class LiveService:
             "config/gunicorn.conf.py",
             "config.asgi:application",
             "-k",
-            "uvicorn_worker.UvicornWorker",
+            "config.http_server.ServiceUvicornWorker",
             "--bind",
             f"127.0.0.1:{self.port}",
             "--workers",

@@ -5,8 +5,9 @@ complete, so every blob in storage has a row naming it: an upload cut short by a
 expiry task, never left behind unnamed. Blobs live in the configured storage (apps.attachments.storage), by
 default AES-256-GCM chunked streams (apps.core.crypto format 2) bound to the attachment id.
 
-``attachment_links`` records which conversation entries reference an attachment (D7): its readers may read it, and
-a referenced attachment no longer expires. The conversation ids are plain uuids (no FK across apps).
+``attachment_links`` records which conversation entries reference an attachment (D7): whoever may read the entry may
+read the attachment, and a referenced attachment no longer expires. The conversation ids are plain uuids (no FK
+across apps).
 """
 
 from __future__ import annotations
@@ -52,12 +53,17 @@ class Attachment(models.Model):
 
 
 class AttachmentLink(models.Model):
-    """An entry of a conversation references the attachment (content item ``{"attachmentId": ...}``)."""
+    """An entry of a conversation references the attachment (content item ``{"attachmentId": ...}``).
+
+    ``client_id`` is the API-key client of a ``context`` entry (private to that client, D5) and null for a history
+    entry: a history link lets every reader of the conversation read the attachment, a context link only readers
+    calling through that client."""
 
     id = models.BigAutoField(primary_key=True)
     attachment = models.ForeignKey(Attachment, on_delete=models.CASCADE, related_name="links", db_index=False)
     conversation_id = models.UUIDField()
     entry_id = models.UUIDField()
+    client_id = models.TextField(null=True, blank=True)  # noqa: DJ001 - null = a history entry's link
     created_at = models.DateTimeField()
 
     class Meta:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
-from apps.core import access, errors, pagination
+from apps.core import errors, pagination
 from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
+from apps.sharing import access
 
 
 def attachment_response(attachment: Attachment) -> dict[str, Any]:
@@ -47,17 +47,37 @@ def get_visible(attachment_id: uuid.UUID) -> Attachment:
 
 
 def readable_attachment(principal: Principal, attachment_id: uuid.UUID) -> Attachment:
-    """The attachment if ``principal`` may read it: its uploader, an admin or auditor, or a reader of a conversation
-    with an entry referencing it. 404 when it does not exist (or expired), 403 when it exists for someone else."""
+    """The attachment if ``principal`` may read it: its uploader, or whoever may read an entry referencing it (D7): a
+    reader of that conversation, and for a context entry (private to its API-key client, D5) only through that
+    client. 404 when it does not exist (or expired), 403 when it exists for someone else.
+
+    Admins and auditors get no bypass here (D7 names no one else); they read through the audit-logged admin
+    endpoint (``admin_get``)."""
     attachment = get_visible(attachment_id)
-    if attachment.user_id == principal.user_id or principal.is_auditor:
+    if attachment.user_id == principal.user_id:
         return attachment
+    through = Q(client_id__isnull=True)
+    if principal.client_id is not None:
+        through |= Q(client_id=principal.client_id)
     conversation_ids = list(
-        AttachmentLink.objects.filter(attachment_id=attachment.id).values_list("conversation_id", flat=True).distinct()
+        AttachmentLink.objects.filter(through, attachment_id=attachment.id)
+        .values_list("conversation_id", flat=True)
+        .distinct()
     )
     if access.reads_any(principal.user_id, [str(value) for value in conversation_ids]):
         return attachment
     raise errors.forbidden("You do not have access to this attachment.")
+
+
+def admin_get(attachment_id: uuid.UUID) -> Attachment:
+    """Any ready attachment, as the admin list shows them (expired ones awaiting the sweep included)."""
+    attachment = Attachment.objects.filter(id=attachment_id, status=AttachmentStatus.READY).first()
+    if attachment is None:
+        raise errors.not_found("Attachment not found.")
+    return attachment
+
+
+ADMIN_CURSOR = "attachments.admin"
 
 
 def admin_list(*, user_id: str | None, cursor: str | None, limit: int) -> dict[str, Any]:
@@ -66,11 +86,6 @@ def admin_list(*, user_id: str | None, cursor: str | None, limit: int) -> dict[s
     if user_id is not None:
         queryset = queryset.filter(user_id=user_id)
     page = pagination.keyset_page(
-        queryset,
-        sort_field="created_at",
-        limit=limit,
-        cursor=cursor,
-        descending=True,
-        parse_sort_value=datetime.fromisoformat,
+        pagination.ModelKeyset(queryset, "created_at", descending=True), tag=ADMIN_CURSOR, cursor=cursor, limit=limit
     )
     return pagination.envelope([admin_attachment_response(item) for item in page.items], page.next_cursor)

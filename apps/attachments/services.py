@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from apps.attachments import storage
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
-from apps.core import crypto, errors
+from apps.core import audit, crypto, errors
 from apps.core.auth.principal import Principal
 
 logger = logging.getLogger(__name__)
@@ -127,14 +127,26 @@ def delete_attachment(principal: Principal, attachment_id: uuid.UUID) -> None:
         )
         if attachment is None:
             raise errors.not_found("Attachment not found.")
-        if attachment.user_id != principal.user_id and not principal.is_admin:
-            raise errors.forbidden("Only the uploader or an admin may delete this attachment.")
+        if attachment.user_id != principal.user_id:
+            if not principal.is_admin:
+                raise errors.forbidden("Only the uploader or an admin may delete this attachment.")
+            # The admin role used on someone else's file: an admin call (D5), recorded in this transaction.
+            audit.record(principal, "admin.attachments.delete", target_id=str(attachment.id))
         attachment.delete()  # links cascade
         _remove_blob_after_commit(attachment.storage_name)
 
 
-def link_to_entry(principal: Principal, *, conversation_id: str, entry_id: str, attachment_ids: list[uuid.UUID]) -> None:
-    """Record that an entry being appended references these attachments (called inside the append transaction).
+def link_to_entry(
+    principal: Principal,
+    *,
+    conversation_id: str,
+    entry_id: str,
+    attachment_ids: list[uuid.UUID],
+    client_id: str | None = None,
+) -> None:
+    """Record that an entry being appended references these attachments (called inside the append transaction);
+    ``client_id``: the API-key client of a context entry (its link grants reading through that client only), None
+    for a history entry.
 
     Only the uploader may reference an attachment; an unknown, unfinished or expired one is a 400. The rows are
     locked FOR SHARE so a concurrent delete or expiry sweep (FOR UPDATE) cannot remove them under the new link.
@@ -159,7 +171,13 @@ def link_to_entry(principal: Principal, *, conversation_id: str, entry_id: str, 
     now = timezone.now()
     AttachmentLink.objects.bulk_create(
         [
-            AttachmentLink(attachment_id=value, conversation_id=conversation_id, entry_id=entry_id, created_at=now)
+            AttachmentLink(
+                attachment_id=value,
+                conversation_id=conversation_id,
+                entry_id=entry_id,
+                client_id=client_id,
+                created_at=now,
+            )
             for value in unique
         ],
         ignore_conflicts=True,

@@ -12,4 +12,5 @@ urlpatterns = [
     path("attachments/<str:id>", views.AttachmentView.as_view(), name="attachment"),
     path("attachments/<str:id>/download-url", views.DownloadUrlView.as_view(), name="attachment-download-url"),
     path("admin/attachments", views.AdminAttachmentsView.as_view(), name="admin-attachments"),
+    path("admin/attachments/<str:id>", views.AdminAttachmentView.as_view(), name="admin-attachment"),
 ]

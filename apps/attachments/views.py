@@ -26,7 +26,7 @@ from apps.attachments import selectors, serializers, services, signing, storage
 from apps.attachments.models import Attachment
 from apps.attachments.upload import FILE_FIELD, AttachmentUploadHandler
 from apps.core import audit, crypto, errors, pagination
-from apps.core.serializers import ErrorSerializer, error_responses
+from apps.core.serializers import NO_NUL_PATTERN, ErrorSerializer, cursor_parameter, error_responses, limit_parameter
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +116,10 @@ def _stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator[bytes]
         blob.close()
 
 
+# Cached by the caller only, revalidated every time (access can be revoked); a 304 repeats it (RFC 9110 15.4.5).
+DOWNLOAD_CACHE_CONTROL = "private, no-cache"
+
+
 def download_response(request: Request, attachment: Attachment) -> HttpResponse:
     etag = f'"{attachment.sha256}"'
     active = is_active_type(attachment.content_type)
@@ -123,6 +127,7 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
         response = HttpResponse(status=304)
         del response["Content-Type"]
         response["ETag"] = etag
+        response["Cache-Control"] = DOWNLOAD_CACHE_CONTROL
         response["X-Content-Type-Options"] = "nosniff"
         return response
     disposition = content_disposition_header(active, attachment.filename)
@@ -152,7 +157,7 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Disposition"] = disposition
     response["Content-Security-Policy"] = "sandbox; default-src 'none'"
-    response["Cache-Control"] = "private, no-cache"
+    response["Cache-Control"] = DOWNLOAD_CACHE_CONTROL
     return response
 
 
@@ -166,13 +171,13 @@ class AttachmentsView(APIView):
         "duration (PT90S, PT30M, PT1H, P1D) or whole seconds, default 1 h, at most ATTACHMENT_MAX_EXPIRES_IN. "
         "Larger than ATTACHMENT_MAX_BYTES: 413. Unreferenced attachments are removed once expired; an entry "
         "referencing one (`{\"attachmentId\": ...}`) keeps it.",
-        parameters=[OpenApiParameter("expiresIn", str, description="ISO-8601 duration or seconds")],
+        parameters=[OpenApiParameter("expiresIn", serializers.expires_in_schema())],
         request={
             "multipart/form-data": {
                 "type": "object",
                 "properties": {
                     "file": {"type": "string", "format": "binary"},
-                    "expiresIn": {"type": "string"},
+                    "expiresIn": serializers.expires_in_schema(),
                 },
                 "required": ["file"],
             }
@@ -188,7 +193,9 @@ class AttachmentsView(APIView):
     )
     def post(self, request: Request) -> Response:
         query_expires = request.query_params.get("expiresIn")
-        expires_in = serializers.parse_expires_in(query_expires) if query_expires is not None else None
+        # An empty value is no value (the schema's pattern admits it); the query's wins over the form field's, and
+        # both are validated.
+        expires_in = serializers.parse_expires_in(query_expires) if query_expires else None
         length = request.META.get("CONTENT_LENGTH") or "0"
         try:
             too_big = int(length) > settings.ATTACHMENT_MAX_BYTES + MULTIPART_OVERHEAD_BYTES
@@ -203,8 +210,9 @@ class AttachmentsView(APIView):
             form_expires = request.data.get("expiresIn")
             if handler.finished is None or FILE_FIELD not in files:
                 raise errors.validation_error({FILE_FIELD: "a file part named 'file' is required"})
+            form_expires_in = serializers.parse_expires_in(form_expires) if form_expires else None
             if expires_in is None:
-                expires_in = serializers.parse_expires_in(form_expires)
+                expires_in = form_expires_in or serializers.parse_expires_in(None)
             attachment = handler.finished.upload.complete(expires_in)
         except ParseError:
             handler.abort()
@@ -227,13 +235,17 @@ class AttachmentView(APIView):
         description="Streams the content with Content-Type, Content-Length, ETag (the sha256), "
         "X-Content-Type-Options: nosniff, and Content-Disposition: attachment for active types (HTML, SVG, ...). "
         "If-None-Match with the ETag: 304. With S3 storage and ATTACHMENT_S3_DIRECT_DOWNLOAD, a file not encrypted "
-        "by the service: 302 to a presigned URL. Readable by the uploader, admins and auditors, and readers of a "
-        "conversation whose entry references it.",
+        "by the service: 302 to a presigned URL. Readable by the uploader and by whoever may read an entry "
+        "referencing it: the conversation's readers, and for a context entry (private to its API-key client) only "
+        "readers calling through that client. Admins and auditors have no bypass here (403 like anyone else); "
+        "they read through GET /v1/admin/attachments/{id}, which is audit-logged.",
         parameters=[_ID_PARAM],
         responses={
             (200, "*/*"): _FILE_RESPONSE,
             302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
-            304: OpenApiResponse(description="Not modified (If-None-Match matched the ETag)"),
+            304: OpenApiResponse(
+                description="Not modified (If-None-Match matched the ETag); with the 200's ETag and Cache-Control"
+            ),
             **error_responses(400, 401, 403, 404),
         },
     )
@@ -244,7 +256,8 @@ class AttachmentView(APIView):
     @extend_schema(
         tags=["attachments"],
         summary="Delete a file",
-        description="The uploader or an admin. Entries referencing it keep their attachmentId; downloads then 404.",
+        description="The uploader or an admin (an admin deleting someone else's file is audit-logged). Entries "
+        "referencing it keep their attachmentId; downloads then 404.",
         parameters=[_ID_PARAM],
         responses={204: None, **error_responses(400, 401, 403, 404)},
     )
@@ -300,11 +313,14 @@ class AdminAttachmentsView(APIView):
     @extend_schema(
         tags=["admin"],
         summary="List all attachments",
-        description="Auditor or admin role; newest first; audit-logged.",
+        description="Auditor or admin role; newest first; audit-logged. Each item's `href` is the user download, "
+        "which applies the user rules to admins too; staff read the bytes with GET /v1/admin/attachments/{id}.",
         parameters=[
-            OpenApiParameter("userId", str, description="Uploader filter"),
-            OpenApiParameter("afterCursor", str),
-            OpenApiParameter("limit", int, description="1..1000, default 50"),
+            OpenApiParameter(
+                "userId", {"type": "string", "maxLength": 256, "pattern": NO_NUL_PATTERN}, description="Uploader filter"
+            ),
+            cursor_parameter(),
+            limit_parameter("admin_attachments"),
         ],
         responses={200: serializers.AdminAttachmentPage, **error_responses(400, 401, 403)},
     )
@@ -316,7 +332,7 @@ class AdminAttachmentsView(APIView):
         limit = pagination.parse_limit(params.get("limit"), "admin_attachments")
         cursor = params.get("afterCursor") or None
         if cursor is not None:
-            pagination.decode_cursor(cursor)
+            pagination.decode_cursor(cursor, selectors.ADMIN_CURSOR)
         if not request.user.is_auditor:
             raise errors.forbidden("Requires the auditor or admin role.")
         audit.record(
@@ -325,3 +341,30 @@ class AdminAttachmentsView(APIView):
             params={"userId": user_id, "limit": limit, "afterCursor": cursor is not None},
         )
         return Response(selectors.admin_list(user_id=user_id, cursor=cursor, limit=limit))
+
+
+class AdminAttachmentView(APIView):
+    content_negotiation_class = _AnyAccept
+
+    @extend_schema(
+        tags=["admin"],
+        summary="Download any attachment (auditor or admin role)",
+        description="The admins' and auditors' way to read a file they may not read as users (the user endpoints "
+        "give them no bypass). Audit-logged (who, which attachment, the request id; never the bytes). Any ready "
+        "attachment the admin list shows, expired ones awaiting the sweep included. The response is the "
+        "download's: Content-Type, Content-Length, ETag, nosniff, Content-Disposition: attachment for active types; "
+        "If-None-Match with the ETag: 304; 302 to a presigned URL in S3 direct-download mode.",
+        parameters=[_ID_PARAM],
+        responses={
+            (200, "*/*"): _FILE_RESPONSE,
+            302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
+            304: OpenApiResponse(description="Not modified (If-None-Match matched the ETag)"),
+            **error_responses(400, 401, 403, 404),
+        },
+    )
+    def get(self, request: Request, id: str) -> HttpResponse:
+        attachment_id = _path_uuid(id)
+        if not request.user.is_auditor:
+            raise errors.forbidden("Requires the auditor or admin role.")
+        audit.record(request.user, "admin.attachments.get", target_id=str(attachment_id))
+        return download_response(request, selectors.admin_get(attachment_id))

@@ -6,7 +6,8 @@ carries ``root_id`` (its own id for a root) because memberships, ownership and t
 audit them; entries stay with them. Entry content is stored only as an AES-256-GCM envelope (apps.core.crypto)
 bound to the entry's id and conversation id; titles, metadata and ``indexed_content`` are plaintext (D5).
 
-Table names are fixed: apps.core.access reads ``conversations`` with raw SQL.
+Table names are fixed: apps.sharing.access reads and locks ``conversations`` with raw SQL (and sets
+``owner_user_id`` on a transfer of ownership).
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ class Entry(IndexState):
     class Meta:
         db_table = "conversation_entries"
         verbose_name_plural = "entries"
+        constraints = [
+            # Search is shared by every member; a context entry is private to its client (D5): never indexed.
+            models.CheckConstraint(
+                name="conversation_entries_context_never_indexed",
+                condition=Q(channel="history") | Q(indexed_content__isnull=True, embedding_pending=False),
+            ),
+        ]
         indexes = [
             models.Index(fields=["conversation", "created_at", "id"], name="conversation_entries_order"),
             # GET /v1/conversations/unindexed and the background indexer's text pass.

@@ -1,7 +1,7 @@
 """Conversation search (D5): full-text, semantic and both fused, over history entries' index text.
 
 Reads only. Access is decided inside the SQL that ranks: a user's search starts from their memberships
-(``conversation_memberships (user_id, root_id)``), so a page is never short because of filtering afterwards and a
+(apps.sharing.access.MEMBER_TREES_SQL), so a page is never short because of filtering afterwards and a
 membership removed is out of the very next search. Admin search (auditor/admin) ranks every live conversation.
 
 - ``fulltext``: the generated ``search_vector`` (``to_tsvector('english', indexed_content)``, GIN) matched with
@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -34,6 +35,7 @@ from django.db import connection
 from apps.conversations import selectors, vector_index
 from apps.core import errors, pagination, vectors
 from apps.core.embeddings import EmbeddingError, get_provider
+from apps.sharing import access
 
 logger = logging.getLogger(__name__)
 
@@ -88,10 +90,10 @@ def fulltext_hits(scope: Scope, query: str, *, limit: int, after: tuple[float, U
         where, params = ["c.deleted_at IS NULL"], []
     else:
         source = (
-            "conversation_memberships m JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
+            f"{access.MEMBER_TREES_SQL} m JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
             "JOIN conversation_entries e ON e.conversation_id = c.id"
         )
-        where, params = ["m.user_id = %s"], [scope.user_id]
+        where, params = ["TRUE"], [scope.user_id]  # MEMBER_TREES_SQL's parameter
     keyset, keyset_params = "TRUE", []
     if after is not None:
         keyset = "(b.rank < %s OR (b.rank = %s AND b.conversation_id > %s))"
@@ -183,14 +185,27 @@ def cursor_tag(scope: Scope, search_type: str, query: str) -> str:
 
 def search(scope: Scope, *, query: str, search_type: str, limit: int, cursor: str | None) -> dict:
     """One page of the envelope ``{"data": [search result], "afterCursor"}``."""
-    tag = cursor_tag(scope, search_type, query)
-    after = pagination.decode_number_cursor(cursor, tag) if cursor else None
-    hits = _METHODS[search_type](scope, query, limit=limit + 1, after=after)
-    next_cursor = None
-    if len(hits) > limit:
-        hits = hits[:limit]
-        next_cursor = pagination.encode_tagged_cursor(tag, hits[-1].position, hits[-1].conversation_id)
-    return pagination.envelope(_results(hits, query), next_cursor)
+    page = pagination.keyset_page(
+        _Ranking(scope, query, _METHODS[search_type]), tag=cursor_tag(scope, search_type, query), cursor=cursor,
+        limit=limit,
+    )
+    return pagination.envelope(_results(page.items, query), page.next_cursor)
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """A search method's hits as a keyset (apps.core.pagination): best first by (position, conversation id)."""
+
+    scope: Scope
+    query: str
+    method: Callable[..., list[Hit]]
+    kind: type = float
+
+    def fetch(self, after: tuple[float, UUID] | None, count: int) -> list[Hit]:
+        return self.method(self.scope, self.query, limit=count, after=after)
+
+    def key(self, hit: Hit) -> tuple[float, UUID]:
+        return hit.position, hit.conversation_id
 
 
 def _results(hits: list[Hit], query: str) -> list[dict]:
@@ -241,11 +256,14 @@ UNINDEXED_CURSOR = "conversations.unindexed"
 
 def unindexed(*, cursor: str | None, limit: int) -> dict:
     """History entries of live conversations with no index text yet, oldest first (indexer role)."""
-    rows, next_cursor = pagination.fetch_timestamp_page(
-        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
-        "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id",
-        ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], [],
-        order=("e.created_at", "e.id"), tag=UNINDEXED_CURSOR, cursor=cursor, limit=limit, position_index=6,
+    page = pagination.keyset_page(
+        pagination.SqlKeyset(
+            "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
+            "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id",
+            ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], [],
+            order=("e.created_at", "e.id"), position_index=6,
+        ),
+        tag=UNINDEXED_CURSOR, cursor=cursor, limit=limit,
     )
     data = [
         {
@@ -260,7 +278,7 @@ def unindexed(*, cursor: str | None, limit: int) -> dict:
                 created_at=created_at,
             ),
         }
-        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in rows
+        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in page.items
     ]
-    return pagination.envelope(data, next_cursor)
+    return pagination.envelope(data, page.next_cursor)
 

@@ -1,6 +1,6 @@
-"""Conversation reads. Raw SQL where a list must start from the caller's memberships (apps.sharing's table, read by
-its fixed name: the apps never import each other), so access is decided inside the query, never by filtering a
-page in Python; every per-conversation read resolves the caller's level in the query that loads it.
+"""Conversation reads. Raw SQL where a list must start from the caller's memberships (apps.sharing.access's SQL
+fragments), so access is decided inside the query, never by filtering a page in Python; every per-conversation read
+resolves the caller's level in the query that loads it.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from django.db import connection
 
 from apps.conversations.models import Channel
 from apps.core import crypto, errors, pagination
-from apps.core.access import AccessLevel, at_least
 from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
+from apps.sharing import access
+from apps.sharing.access import AccessLevel, at_least
 
 CONTENT_PURPOSE = "conversation_entry.content"
 # Registered for rotate_encryption_key (apps.py): the envelope is bound to the entry's conversation and its id.
@@ -122,8 +123,7 @@ def load_with_level(principal: Principal, conversation_id: UUID, required: str) 
     deleted), 403 when the caller's level is below ``required`` (D1, D6)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {_CONV_COLUMNS}, m.access_level FROM conversations c "  # noqa: S608 - fixed column list
-            "LEFT JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s "
+            f"SELECT {_CONV_COLUMNS}, {access.level_sql('c.root_id')} FROM conversations c "  # noqa: S608 - fixed
             "WHERE c.id = %s AND c.deleted_at IS NULL",
             [principal.user_id, conversation_id],
         )
@@ -160,10 +160,10 @@ ADMIN_CONVERSATIONS_CURSOR = "admin.conversations.updated"
 def list_conversations(
     principal: Principal, *, mode: str, query: str | None, cursor: str | None, limit: int
 ) -> dict:
-    """The caller's conversations, newest first by (updated_at, id). Starts from the caller's memberships (index
-    ``(user_id, root_id)``), so only conversations they are a member of are ever read."""
-    where = ["m.user_id = %s", "c.deleted_at IS NULL"]
-    params: list[Any] = [principal.user_id]
+    """The caller's conversations, newest first by (updated_at, id). Starts from the caller's memberships
+    (``MEMBER_TREES_SQL``), so only conversations they are a member of are ever read."""
+    where = ["c.deleted_at IS NULL"]
+    params: list[Any] = [principal.user_id]  # MEMBER_TREES_SQL's
     if mode == "roots":
         where.append("c.id = c.root_id")
     elif mode == "latest-fork":
@@ -180,14 +180,16 @@ def list_conversations(
     if query:
         where.append("strpos(lower(c.title), lower(%s)) > 0")
         params.append(query)
-    rows, next_cursor = pagination.fetch_timestamp_page(
-        f"SELECT {_CONV_COLUMNS}, m.access_level FROM conversation_memberships m "  # noqa: S608 - fixed fragments
-        "JOIN conversations c ON c.root_id = m.root_id",
-        where, params, order=("c.updated_at", "c.id"), tag=CONVERSATIONS_CURSOR, cursor=cursor, limit=limit,
-        position_index=_UPDATED_AT, descending=True,
+    page = pagination.keyset_page(
+        pagination.SqlKeyset(
+            f"SELECT {_CONV_COLUMNS}, m.access_level FROM {access.MEMBER_TREES_SQL} m "  # noqa: S608 - fixed
+            "JOIN conversations c ON c.root_id = m.root_id",
+            where, params, order=("c.updated_at", "c.id"), position_index=_UPDATED_AT, descending=True,
+        ),
+        tag=CONVERSATIONS_CURSOR, cursor=cursor, limit=limit,
     )
-    page = [(ConversationRow.from_db(row[:-1]), row[-1]) for row in rows]
-    return pagination.envelope([conversation_item(row, level) for row, level in page], next_cursor)
+    data = [conversation_item(ConversationRow.from_db(row[:-1]), row[-1]) for row in page.items]
+    return pagination.envelope(data, page.next_cursor)
 
 
 def admin_list_conversations(*, user_id: str | None, include_deleted: bool, cursor: str | None, limit: int) -> dict:
@@ -198,13 +200,15 @@ def admin_list_conversations(*, user_id: str | None, include_deleted: bool, curs
     if user_id is not None:
         where.append("c.owner_user_id = %s")
         params.append(user_id)
-    rows, next_cursor = pagination.fetch_timestamp_page(
-        f"SELECT {_CONV_COLUMNS} FROM conversations c",  # noqa: S608 - fixed fragments
-        where, params, order=("c.updated_at", "c.id"),
-        tag=ADMIN_CONVERSATIONS_CURSOR, cursor=cursor, limit=limit, position_index=_UPDATED_AT, descending=True,
+    page = pagination.keyset_page(
+        pagination.SqlKeyset(
+            f"SELECT {_CONV_COLUMNS} FROM conversations c",  # noqa: S608 - fixed fragments
+            where, params, order=("c.updated_at", "c.id"), position_index=_UPDATED_AT, descending=True,
+        ),
+        tag=ADMIN_CONVERSATIONS_CURSOR, cursor=cursor, limit=limit,
     )
-    rows = [ConversationRow.from_db(row) for row in rows]
-    return pagination.envelope([conversation_admin(row) for row in rows], next_cursor)
+    data = [conversation_admin(ConversationRow.from_db(row)) for row in page.items]
+    return pagination.envelope(data, page.next_cursor)
 
 
 # --- Forks ------------------------------------------------------------------------------------------------------
@@ -218,9 +222,13 @@ def list_forks(root_id: UUID, *, cursor: str | None, limit: int, include_deleted
     params: list[Any] = [root_id]
     if not include_deleted:
         where.append("c.deleted_at IS NULL")
-    rows, next_cursor = pagination.fetch_timestamp_page(
-        "SELECT c.id, c.title, c.forked_at_conversation_id, c.forked_at_entry_id, c.created_at FROM conversations c",
-        where, params, order=("c.created_at", "c.id"), tag=FORKS_CURSOR, cursor=cursor, limit=limit, position_index=4,
+    page = pagination.keyset_page(
+        pagination.SqlKeyset(
+            "SELECT c.id, c.title, c.forked_at_conversation_id, c.forked_at_entry_id, c.created_at "
+            "FROM conversations c",
+            where, params, order=("c.created_at", "c.id"), position_index=4,
+        ),
+        tag=FORKS_CURSOR, cursor=cursor, limit=limit,
     )
     data = [
         {
@@ -230,9 +238,9 @@ def list_forks(root_id: UUID, *, cursor: str | None, limit: int, include_deleted
             "forkedAtEntryId": _str_or_none(row[3]),
             "createdAt": isoformat(row[4]),
         }
-        for row in rows
+        for row in page.items
     ]
-    return pagination.envelope(data, next_cursor)
+    return pagination.envelope(data, page.next_cursor)
 
 
 def forks(principal: Principal, conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
@@ -255,7 +263,7 @@ ENTRIES_CURSOR = "conversations.entries"
 
 # The conversation, its ancestors up the fork chain, each ancestor's fork point as (created_at, id), and the
 # caller's level on the tree: everything an entries read needs, in one round trip.
-_CHAIN_SQL = """
+_CHAIN_SQL = f"""
 WITH RECURSIVE chain(id, root_id, parent_id, fork_entry_id, depth, deleted_at) AS (
     SELECT c.id, c.root_id, c.forked_at_conversation_id, c.forked_at_entry_id, 0, c.deleted_at
     FROM conversations c WHERE c.id = %s
@@ -265,10 +273,10 @@ WITH RECURSIVE chain(id, root_id, parent_id, fork_entry_id, depth, deleted_at) A
     WHERE chain.depth < 1000
 )
 SELECT chain.id, chain.depth, chain.deleted_at, e.created_at, e.id,
-       (SELECT m.access_level FROM conversation_memberships m WHERE m.root_id = chain.root_id AND m.user_id = %s)
+       {access.level_sql("chain.root_id")}
 FROM chain LEFT JOIN conversation_entries e ON e.id = chain.fork_entry_id
 ORDER BY chain.depth
-"""
+"""  # noqa: S608 - a fixed fragment
 
 
 @dataclass(frozen=True)
@@ -327,11 +335,13 @@ def _channel_where(channel: str | None, client_id: str | None, *, admin: bool) -
 
 def _entries_page(vis: Visibility, channel_sql: str, channel_params: list, cursor: str | None, limit: int) -> dict:
     visible_sql, params = _visible_where(vis)
-    rows, next_cursor = pagination.fetch_timestamp_page(
-        "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
-        "FROM conversation_entries e",
-        [visible_sql, channel_sql], [*params, *channel_params],
-        order=("e.created_at", "e.id"), tag=ENTRIES_CURSOR, cursor=cursor, limit=limit, position_index=6,
+    page = pagination.keyset_page(
+        pagination.SqlKeyset(
+            "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
+            "FROM conversation_entries e",
+            [visible_sql, channel_sql], [*params, *channel_params], order=("e.created_at", "e.id"), position_index=6,
+        ),
+        tag=ENTRIES_CURSOR, cursor=cursor, limit=limit,
     )
     data = [
         entry_response(
@@ -343,9 +353,9 @@ def _entries_page(vis: Visibility, channel_sql: str, channel_params: list, curso
             content=decrypt_content(content, conversation_id, entry_id),
             created_at=created_at,
         )
-        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in rows
+        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in page.items
     ]
-    return pagination.envelope(data, next_cursor)
+    return pagination.envelope(data, page.next_cursor)
 
 
 def list_entries(

@@ -7,6 +7,7 @@ build the dicts.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.conf import settings
@@ -16,21 +17,25 @@ from rest_framework import serializers
 
 from apps.conversations.models import Channel
 from apps.core import errors
-from apps.core.access import AccessLevel
+from apps.core.pagination import CURSOR_SCHEMA
 from apps.core.serializers import (
     NO_NUL_PATTERN,
     JsonObjectField,
+    NonBlankCharField,
     StrictCharField,
     StrictChoiceField,
     StrictSerializer,
     StrictUUIDField,
+    body_limit_field,
     json_value_problem,
-    text_problem,
 )
+from apps.sharing.access import AccessLevel
 
 ROLES = ("USER", "AI")
-HISTORY_ITEM_FIELDS = {"role", "text", "attachmentId"}
 MAX_CONTENT_TYPE_CHARS = 128
+# D10: "history", or "history/<flavour>" for a client's richer item format (history/vercelai, history/lc4j).
+HISTORY_CONTENT_TYPE_PATTERN = r"^history(/[!-~]+)?$"
+_HISTORY_CONTENT_TYPE = re.compile(HISTORY_CONTENT_TYPE_PATTERN)
 MAX_QUERY_CHARS = 500
 
 
@@ -87,8 +92,8 @@ class ConversationUpdateSerializer(StrictSerializer):
         "type": "array",
         "minItems": 1,
         "items": {"type": "object", "additionalProperties": True},
-        "description": "history items: {role: USER|AI, text?: string, attachmentId?: uuid} with text and/or "
-        "attachmentId; context items: any JSON objects",
+        "description": "history items: {role: USER|AI, text?: string, attachmentId?: uuid, "
+        "attachments?: [{attachmentId?: uuid, ...}], ...any other fields}; context items: any JSON objects",
     }
 )
 class ContentField(serializers.Field):
@@ -134,15 +139,25 @@ class EntryAppendSerializer(StrictSerializer):
         channel = data["channel"]
         content_type = data.get("contentType")
         if channel == Channel.HISTORY:
-            if content_type not in (None, "history"):
-                raise serializers.ValidationError({"contentType": "must be 'history' on the history channel"})
-            data["contentType"] = "history"
+            if content_type is None:
+                data["contentType"] = "history"
+            elif not _HISTORY_CONTENT_TYPE.match(content_type):
+                raise serializers.ValidationError(
+                    {"contentType": "must be 'history' or 'history/<flavour>' on the history channel"}
+                )
             for index, item in enumerate(data["content"]):
                 problem = _history_item_problem(item)
                 if problem:
                     raise serializers.ValidationError({f"content[{index}]": problem})
-        elif content_type is None:
-            data["contentType"] = channel
+        else:
+            if "indexedContent" in data:
+                # Search is shared by every member; a context entry is private to its API-key client (D5), so it is
+                # never indexed: no index text, no vectors, nothing a search could return.
+                raise serializers.ValidationError(
+                    {"indexedContent": "only history entries are indexed; context entries are never searchable"}
+                )
+            if content_type is None:
+                data["contentType"] = channel
         if ("forkedAtConversationId" in data) != ("forkedAtEntryId" in data):
             missing = "forkedAtEntryId" if "forkedAtConversationId" in data else "forkedAtConversationId"
             raise serializers.ValidationError({missing: "forkedAtConversationId and forkedAtEntryId go together"})
@@ -154,21 +169,30 @@ class EntryAppendSerializer(StrictSerializer):
 
 
 def _history_item_problem(item: dict) -> str | None:
-    unknown = sorted(set(item) - HISTORY_ITEM_FIELDS)
-    if unknown:
-        return f"unknown field(s) {', '.join(unknown)}; history items carry role, text and attachmentId"
+    """Items are client data (D10), stored and returned as sent: only the fields the service reads are checked,
+    ``role``, ``text`` (the search index text and the title) and the attachment references."""
     if item.get("role") not in ROLES:
         return "role must be USER or AI"
-    if "text" not in item and "attachmentId" not in item:
-        return "must carry text and/or attachmentId"
     if "text" in item and not isinstance(item["text"], str):
         return "text must be a string"
-    if "attachmentId" in item:
-        try:
-            StrictUUIDField().to_internal_value(item["attachmentId"])
-        except serializers.ValidationError:
-            return "attachmentId must be a UUID string"
+    if "attachmentId" in item and not _is_uuid(item["attachmentId"]):
+        return "attachmentId must be a UUID string"
+    if "attachments" in item:
+        attachments = item["attachments"]
+        if not isinstance(attachments, list) or not all(isinstance(ref, dict) for ref in attachments):
+            return "attachments must be an array of objects"
+        for position, ref in enumerate(attachments):
+            if "attachmentId" in ref and not _is_uuid(ref["attachmentId"]):
+                return f"attachments[{position}].attachmentId must be a UUID string"
     return None
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        StrictUUIDField().to_internal_value(value)
+    except serializers.ValidationError:
+        return False
+    return True
 
 
 class EntryAppendSchema(OpenApiSerializerExtension):
@@ -186,12 +210,12 @@ class EntryAppendSchema(OpenApiSerializerExtension):
 
 def entry_append_schema() -> dict:
     uuid_schema = {"type": "string", "format": "uuid"}
+    indexed_content = {
+        "type": ["string", "null"],
+        "pattern": NO_NUL_PATTERN,
+        "description": f"Search index text, at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes",
+    }
     common = {
-        "indexedContent": {
-            "type": ["string", "null"],
-            "pattern": NO_NUL_PATTERN,
-            "description": f"Search index text, at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes",
-        },
         "forkedAtConversationId": {**uuid_schema, "description": "Only with a new id: fork this conversation"},
         "forkedAtEntryId": {**uuid_schema, "description": "Only with a new id: the fork sees entries before it"},
     }
@@ -199,22 +223,39 @@ def entry_append_schema() -> dict:
     items = {"minItems": 1, "maxItems": settings.CONVERSATION_ENTRY_MAX_ITEMS}
     history_item = {
         "type": "object",
+        "description": "Client data, stored (encrypted) and returned exactly as sent; any other field (events, "
+        "type, ...) is kept. text is what search indexes; attachmentId and attachments[].attachmentId link "
+        "uploaded attachments to the entry (readable by the conversation's readers, no longer expiring).",
         "properties": {
             "role": {"type": "string", "enum": list(ROLES)},
             "text": {"type": "string"},
             "attachmentId": uuid_schema,
+            "attachments": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"attachmentId": uuid_schema},
+                    "additionalProperties": True,
+                },
+            },
         },
         "required": ["role"],
-        "anyOf": [{"required": ["text"]}, {"required": ["attachmentId"]}],
-        "additionalProperties": False,
+        "additionalProperties": True,
     }
     history = {
         "type": "object",
         "title": "HistoryEntryAppend",
         "properties": {
             "channel": {"type": "string", "const": Channel.HISTORY.value, "default": Channel.HISTORY.value},
-            "contentType": {"type": "string", "const": "history", "default": "history"},
+            "contentType": {
+                "type": "string",
+                "pattern": HISTORY_CONTENT_TYPE_PATTERN,
+                "maxLength": MAX_CONTENT_TYPE_CHARS,
+                "default": "history",
+                "description": "history, or history/<flavour> (history/vercelai, history/lc4j, ...)",
+            },
             "content": {"type": "array", "items": history_item, **items},
+            "indexedContent": indexed_content,
             **common,
         },
         "required": ["content"],
@@ -224,7 +265,9 @@ def entry_append_schema() -> dict:
     context = {
         "type": "object",
         "title": "ContextEntryAppend",
-        "description": "Needs an API-key client (X-API-Key); visible only to that client.",
+        "description": "Needs an API-key client (X-API-Key); visible only to that client. Never indexed or "
+        "searched (no indexedContent: 400) and never the source of a conversation's title; an attachment it "
+        "references is readable by its uploader and, through the same client, by the conversation's readers.",
         "properties": {
             "channel": {"type": "string", "const": Channel.CONTEXT.value},
             "contentType": {
@@ -371,42 +414,18 @@ class AdminConversationPage(serializers.Serializer):
 SEARCH_TYPES = ("auto", "fulltext", "semantic")
 
 
-def search_limit_field(endpoint: str) -> type[serializers.JSONField]:
-    from apps.core.pagination import LIMITS
-
-    bounds = LIMITS[endpoint]
-
-    @extend_schema_field(
-        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
-    )
-    class SearchLimitField(serializers.JSONField):
-        """A JSON integer (no "5"); its bounds are checked by apps.core.pagination.parse_limit, the one place
-        limits are checked."""
-
-        def to_internal_value(self, data: Any) -> Any:
-            if data is not None and (isinstance(data, bool) or not isinstance(data, int)):
-                raise serializers.ValidationError(
-                    f"must be an integer between {bounds.minimum} and {bounds.maximum}"
-                )
-            return data
-
-    return SearchLimitField
-
-
-MAX_CURSOR_CHARS = 2000
 
 
 @extend_schema_field(
-    {"type": "string", "maxLength": MAX_CURSOR_CHARS, "pattern": NO_NUL_PATTERN,
+    {**CURSOR_SCHEMA, "minLength": 1,
      "description": "The previous page's afterCursor (same query and searchType); null or absent: the first page"}
 )
 class CursorField(serializers.JSONField):
-    """A cursor string or null (decoded by apps.core.pagination, which refuses anything not made by this search)."""
+    """A cursor string or null; apps.core.pagination.decode_cursor checks the string (and refuses anything not made
+    by this search)."""
 
     def to_internal_value(self, data: Any) -> str | None:
-        if data is None:
-            return None
-        if not isinstance(data, str) or not data or len(data) > MAX_CURSOR_CHARS or text_problem(data):
+        if data is not None and (not isinstance(data, str) or not data):
             raise serializers.ValidationError("malformed cursor")
         return data
 
@@ -415,14 +434,12 @@ class SearchSerializer(StrictSerializer):
     """POST /v1/conversations/search body. Unknown fields are rejected; ``limit`` is checked by the view with
     apps.core.pagination.parse_limit."""
 
-    query = StrictCharField(
-        allow_blank=False,
-        trim_whitespace=False,
+    query = NonBlankCharField(
         max_length=settings.CONVERSATION_SEARCH_QUERY_MAX_CHARS,
         help_text="Words to find (not blank). Full-text: websearch syntax (\"quoted phrase\", or, -word); the last bare word "
         "also matches as a prefix. Semantic: embedded as a whole.",
     )
-    limit = search_limit_field("conversation_search")(required=False)
+    limit = body_limit_field("conversation_search")(required=False)
     afterCursor = CursorField(required=False, allow_null=True)
     searchType = StrictChoiceField(
         choices=SEARCH_TYPES,
@@ -431,14 +448,9 @@ class SearchSerializer(StrictSerializer):
         help_text="auto (default: full-text and semantic fused by reciprocal rank), fulltext or semantic",
     )
 
-    def validate_query(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must not be blank")
-        return value
-
 
 class AdminSearchSerializer(SearchSerializer):
-    limit = search_limit_field("admin_conversation_search")(required=False)
+    limit = body_limit_field("admin_conversation_search")(required=False)
 
 
 class IndexItemSerializer(StrictSerializer):
@@ -463,7 +475,7 @@ _SCHEMA_ONLY = object()
 
 def index_items_serializer(data: Any = _SCHEMA_ONLY) -> serializers.ListSerializer:
     """The body of POST /v1/conversations/index: 1..CONVERSATION_INDEX_MAX_ITEMS items (no argument: for the
-    OpenAPI schema, where drf-spectacular leaves a list's bounds out; the operation's description states them)."""
+    OpenAPI schema, whose minItems/maxItems apps.core.openapi.ServiceAutoSchema states)."""
     kwargs = {} if data is _SCHEMA_ONLY else {"data": data}
     return IndexItemSerializer(
         many=True, allow_empty=False, max_length=settings.CONVERSATION_INDEX_MAX_ITEMS, **kwargs

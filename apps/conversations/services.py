@@ -5,8 +5,9 @@ entry's ``created_at`` is taken after the lock, strictly later than the conversa
 append moves to the new entry's time): entry order is commit order, so a reader paging by (created_at, id) never
 misses an entry that commits late. Content is encrypted in Python; the database only sees ciphertext.
 
-Memberships live in apps.sharing; this app grants the creator's owner membership through apps.core.access and
-announces deletions with the core ``conversation_deleting`` signal, never importing sharing.
+Memberships live in apps.sharing; this app grants the creator's owner membership and locks fork trees through
+apps.sharing.access (the only part of sharing it uses) and announces deletions with the core
+``conversation_deleting`` signal.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from django.utils import timezone
 from apps.conversations import selectors
 from apps.conversations.models import Channel, Conversation, Entry
 from apps.conversations.tasks import request_indexing_quietly
-from apps.core import access, crypto, errors, indexing, signals
-from apps.core.access import AccessLevel, at_least
+from apps.core import crypto, errors, indexing, signals
 from apps.core.auth.principal import Principal
 from apps.events.publisher import publish
+from apps.sharing import access
+from apps.sharing.access import AccessLevel, at_least
 
 TITLE_FROM_TEXT_CHARS = 40
 
@@ -113,13 +115,13 @@ def _publish_created(conversation_id: UUID, owner_user_id: str | None) -> None:
 
 
 # Locks the conversation row (never the membership: FOR UPDATE OF c) and reads the caller's level with it.
-_LOCK_SQL = """
-SELECT c.root_id, c.deleted_at, c.updated_at, c.forked_at_conversation_id, c.forked_at_entry_id, m.access_level
+_LOCK_SQL = f"""
+SELECT c.root_id, c.deleted_at, c.updated_at, c.forked_at_conversation_id, c.forked_at_entry_id,
+       {access.level_sql("c.root_id")}
 FROM conversations c
-LEFT JOIN conversation_memberships m ON m.root_id = c.root_id AND m.user_id = %s
 WHERE c.id = %s
 FOR UPDATE OF c
-"""
+"""  # noqa: S608 - a fixed fragment
 
 
 @dataclass(frozen=True)
@@ -236,7 +238,10 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
     with transaction.atomic():
         locked = _lock(principal.user_id, conversation_id)
         if locked is None:
-            _create_for_append(principal, conversation_id, content, fork)
+            # A context entry is private to its client (D5): the plaintext title, which every member reads, never
+            # comes from it; such a conversation starts untitled.
+            title = _title_from(content) if channel == Channel.HISTORY else ""
+            _create_for_append(principal, conversation_id, title, fork)
             locked = _lock(principal.user_id, conversation_id)
             assert locked is not None  # inserted above or by a concurrent creator; never deleted outright
         if locked.deleted:
@@ -274,9 +279,11 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
             principal=principal,
             conversation_id=str(conversation_id),
             entry_id=str(entry_id),
+            channel=channel,
             content=content,
         )
         publish("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})
+        # Only history entries are indexed (the serializer refuses indexedContent on a context entry).
         if data.get("indexedContent") is not None or (channel == Channel.HISTORY and settings.CONVERSATION_AUTO_INDEX):
             # One indexer task per burst of appends (tasks.request_indexing), after commit.
             transaction.on_commit(request_indexing_quietly)
@@ -292,10 +299,10 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
 
 
 def _create_for_append(
-    principal: Principal, conversation_id: UUID, content: list, fork: tuple[UUID, UUID] | None
+    principal: Principal, conversation_id: UUID, title: str, fork: tuple[UUID, UUID] | None
 ) -> None:
     now = timezone.now()
-    title = _title_from(content).replace("\x00", "")
+    title = title.replace("\x00", "")
     if fork is None:
         if _insert_conversation(
             conversation_id, root_id=conversation_id, owner_user_id=principal.user_id, title=title, metadata={}, now=now
@@ -306,13 +313,7 @@ def _create_for_append(
     parent_id, entry_id = fork
     # Lock the tree's root first, as every tree-wide write does: a delete of the parent (or of the tree) either
     # finished before (we see it deleted) or waits until the fork exists (and deletes it with its parent).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT r.id, r.owner_user_id FROM conversations c JOIN conversations r ON r.id = c.root_id "
-            "WHERE c.id = %s FOR UPDATE OF r",
-            [parent_id],
-        )
-        tree = cursor.fetchone()
+    tree = access.lock_tree_of(parent_id)
     vis = selectors.visibility(principal.user_id, parent_id) if tree else None
     if vis is None or vis.deleted:
         # The parent is a reference in the body, not the addressed resource: a validation error of that field.

@@ -17,10 +17,11 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 
 from apps.core import vectors
 from apps.core.embeddings import EmbeddingProvider
+from apps.sharing import access
 
 TABLE = "conversation_entry_vectors"
 _scope_sizes = vectors.ScopeSizes()
@@ -30,8 +31,19 @@ def index_name(dimension: int) -> str:
     return f"conv_entry_vectors_hnsw_{int(dimension)}"
 
 
-def ensure_index(dimension: int) -> None:
-    vectors.ensure_hnsw_index(TABLE, index_name(dimension), dimension)
+def create_index(dimension: int, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Create the HNSW cosine index for ``dimension`` unless it exists (DDL: ``manage.py migrate`` runs it for the
+    configured provider, apps.conversations.apps; never the request path)."""
+    vectors.create_hnsw_index(TABLE, index_name(dimension), int(dimension), using=using)
+
+
+def check_index(dimension: int) -> bool:
+    """Whether the index for ``dimension`` exists (logged when not); never creates it."""
+    return vectors.check_hnsw_index(index_name(dimension))
+
+
+# The indexer's name for check_index (apps.conversations.indexer calls it each cycle).
+ensure_index = check_index
 
 
 @dataclass(frozen=True)
@@ -47,10 +59,7 @@ def _scope(user_id: str | None, dimension: int, model: str) -> tuple[str, list[A
     where = f"vector_dims(v.embedding) = {int(dimension)} AND v.model = %s"
     if user_id is None:
         return f"FROM {TABLE} v WHERE {where}", [model]
-    return (
-        f"FROM conversation_memberships m JOIN {TABLE} v ON v.root_id = m.root_id WHERE m.user_id = %s AND {where}",
-        [user_id, model],
-    )
+    return f"FROM {access.MEMBER_TREES_SQL} m JOIN {TABLE} v ON v.root_id = m.root_id WHERE {where}", [user_id, model]
 
 
 def nearest_conversations(
@@ -65,7 +74,7 @@ def nearest_conversations(
     ordered by (distance, conversation id). Vectors at cosine distance 1 or more (orthogonal or opposite to the
     query: similarity 0) are no match."""
     dimension = int(provider.dimension)
-    ensure_index(dimension)
+    check_index(dimension)
     model = vectors.model_tag(provider)
     literal = vectors.vector_literal(query_vector)
     scope_sql, scope_params = _scope(user_id, dimension, model)
@@ -121,7 +130,7 @@ def _approximate(
 ) -> list[Neighbour]:
     access_sql, access_params = "TRUE", []
     if user_id is not None:
-        access_sql = "EXISTS (SELECT 1 FROM conversation_memberships m WHERE m.root_id = v.root_id AND m.user_id = %s)"
+        access_sql = access.member_sql("v.root_id")
         access_params = [user_id]
     # No "distance >= cursor" floor in the scan: a conversation of an earlier page must be seen with its best
     # vector (nearest first), or its farther vectors would bring it back on this page.

@@ -15,10 +15,10 @@ from apps.conversations import search as conversation_search
 from apps.conversations import selectors, serializers, services
 from apps.core import audit, errors, pagination
 from apps.core.openapi import EnvelopeAutoSchema
-from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_uuid
+from apps.core.serializers import NO_NUL_PATTERN, cursor_parameter, error_responses, limit_parameter, path_uuid
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
-AFTER_CURSOR = OpenApiParameter("afterCursor", str, description="The previous page's afterCursor")
+AFTER_CURSOR = cursor_parameter()
 CHANNEL = OpenApiParameter(
     "channel",
     str,
@@ -146,10 +146,12 @@ class ConversationViewSet(viewsets.ViewSet):
         tags=["conversations"],
         summary="Append an entry",
         description="Writer or above. An unknown conversation id creates the conversation, owned by the caller and "
-        "titled from the first 40 characters of the first text; with forkedAtConversationId + forkedAtEntryId it "
+        "titled from the first 40 characters of the first text (untitled when that first entry is a context entry: "
+        "titles are read by every member); with forkedAtConversationId + forkedAtEntryId it "
         "creates a fork that sees the parent's entries before that entry (400 when the parent does not exist, the "
         "entry is not one of its history entries, or the id already exists with another fork point). "
-        "context entries need an API-key client.",
+        "context entries need an API-key client, are private to it, and are never indexed or searched "
+        "(indexedContent on a context entry is 400).",
         parameters=[CONVERSATION_ID],
         request=serializers.EntryAppendSerializer,
         responses={201: serializers.EntryResponse, **error_responses(400, 401, 403, 404, 413)},

@@ -143,7 +143,8 @@ class Indexer(ABC):
 
     @abstractmethod
     def ensure_index(self, dimension: int) -> None:
-        """Make sure the vector index for ``dimension`` exists (once per process)."""
+        """Look up the vector index for ``dimension`` (a warning when missing): ``manage.py migrate`` creates it,
+        never a worker, which may run as a database role without DDL rights (apps.core.vectors)."""
 
     def before_cycle(self, batch_size: int) -> int:
         """Work done before embedding (e.g. removing vectors of ended rows); returns how many rows it touched."""

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import logging
+import re
+import uuid
 from contextvars import ContextVar
 
 _request_id: ContextVar[str] = ContextVar("request_id", default="-")
+
+
+_SUPPLIED_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+def request_id_for(supplied: str) -> str:
+    """The id of a request (D1): the caller's ``X-Request-ID`` when it is a safe token, else a new one."""
+    return supplied if _SUPPLIED_REQUEST_ID.match(supplied) else uuid.uuid4().hex
 
 
 def current_request_id() -> str:

@@ -1,9 +1,19 @@
-"""The one pagination helper (D3): opaque keyset cursors and per-endpoint limit bounds.
+"""The one pagination module (D3): per-endpoint limit bounds, the cursor codec and the keyset pager.
 
-A cursor is base64url(JSON [sort value, id]) of the last item returned. Continuing from it is a keyset condition
-(``(sort, id) > (cursor.sort, cursor.id)``), never a lookup of that item, so a cursor whose item was deleted in the
-meantime still continues at the right place. Every list endpoint takes its limit bounds from ``LIMITS``, which mirrors
-the interface's limits table.
+Every list endpoint takes its limit bounds from ``LIMITS``, which mirrors the interface's limits table.
+
+A cursor is base64url (unpadded) of the JSON ``[position, item id, tag]`` of the last item returned: the position is
+the list's sort value (a timestamp, a score or a sequence number), the id a UUID, and the tag names the list (and,
+for ranked lists, the query), so a cursor handed to another list or another search is a 400 instead of a silently
+wrong page. ``decode_cursor`` is the only decoder: it refuses a cursor over ``MAX_CURSOR_CHARS`` or outside the
+base64url alphabet before decoding anything, and nested JSON before the recursive JSON decoder sees it; every
+refusal is the same 400 ``validation_error`` naming the cursor field ("malformed cursor").
+
+``keyset_page`` is the only pager. Continuing from a cursor is a keyset condition
+(``(position, id) > (cursor.position, cursor.id)``, ``<`` for newest-first lists), never a lookup of that item, so
+a cursor whose item was deleted in the meantime still continues at the right place; it fetches limit + 1 rows, so
+the next cursor is null exactly when nothing follows. The rows come from a ``Keyset``: ``ModelKeyset`` (a QuerySet),
+``SqlKeyset`` (a raw-SQL list) or a list's own (conversation search ranks in Python).
 """
 
 from __future__ import annotations
@@ -11,12 +21,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
 from django.db.models import F, Q, QuerySet
 
@@ -84,27 +96,93 @@ def _limit_error(field: str, bounds: LimitBounds) -> errors.ApiError:
     return errors.validation_error({field: f"must be an integer between {bounds.minimum} and {bounds.maximum}"})
 
 
-def encode_cursor(sort_value: Any, item_id: Any) -> str:
-    if isinstance(sort_value, datetime):
-        sort_value = sort_value.isoformat()
-    raw = json.dumps([sort_value, str(item_id)], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+# --- The cursor codec -------------------------------------------------------------------------------------------
+
+# Ours are at most ~150 characters (a 38-character search tag, a float's repr, a UUID); the bound is what the schema
+# states and what decode_cursor checks before decoding anything.
+MAX_CURSOR_CHARS = 256
+_CURSOR_ALPHABET = "A-Za-z0-9_-"  # base64url, unpadded
+_CURSOR_TEXT = re.compile(f"[{_CURSOR_ALPHABET}]+")
+CURSOR_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "maxLength": MAX_CURSOR_CHARS,
+    # Empty is allowed: an empty query value is read as absent (the first page).
+    "pattern": f"^[{_CURSOR_ALPHABET}]*$",
+}
 
 
-def decode_cursor(cursor: str, field: str = "afterCursor") -> tuple[Any, str]:
-    """(sort value, id) from a cursor; anything that is not one of ours is a 400 naming ``field``."""
+def _timestamp(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError("not a timestamp")
+    position = datetime.fromisoformat(value)
+    if position.tzinfo is None:
+        raise ValueError("naive timestamp")
+    return position
+
+
+def _score(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return float(value)
+
+
+def _sequence(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("not an integer")
+    return value
+
+
+# The position kinds a cursor can carry, each with its parser from the cursor's JSON value.
+_POSITIONS: dict[type, Callable[[Any], Any]] = {datetime: _timestamp, float: _score, int: _sequence}
+
+
+def encode_cursor(tag: str, position: Any, item_id: Any) -> str:
+    """The cursor continuing after the item ``item_id`` (a UUID, or a sequence number where that is what tells a
+    list's items apart) at ``position`` of the list ``tag``."""
+    if isinstance(position, datetime):
+        position = position.isoformat()
+    raw = json.dumps([position, str(item_id), tag], separators=(",", ":")).encode()
+    cursor = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    if len(cursor) > MAX_CURSOR_CHARS:  # a programming error (a long tag): such a cursor would never decode
+        raise ValueError(f"cursor of {tag!r} longer than {MAX_CURSOR_CHARS} characters")
+    return cursor
+
+
+def _sequence_id(value: str) -> int:
+    if not _SEQUENCE_ID.fullmatch(value):
+        raise ValueError("not a sequence number")
+    return int(value)
+
+
+_SEQUENCE_ID = re.compile("[0-9]{1,19}")
+# The item id kinds a cursor can carry (encode_cursor writes either as text).
+_IDS: dict[type, Callable[[str], Any]] = {uuid.UUID: uuid.UUID, int: _sequence_id}
+
+
+def decode_cursor(
+    cursor: str, tag: str, kind: type = datetime, field: str = "afterCursor", id_kind: type = uuid.UUID
+) -> tuple[Any, Any]:
+    """(position, item id) of a cursor made by ``encode_cursor(tag, <position>, id)``. Anything else (over-long,
+    not base64url, not UTF-8 JSON, nested, another list's tag, a position not of ``kind``: a ``datetime`` with its
+    zone, a finite ``float`` or an ``int``; an id not of ``id_kind``: a UUID or a non-negative ``int``) is a 400
+    naming ``field``."""
+    malformed = errors.validation_error({field: "malformed cursor"})
+    if len(cursor) > MAX_CURSOR_CHARS or not _CURSOR_TEXT.fullmatch(cursor):
+        raise malformed
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        raw = base64.urlsafe_b64decode(padded.encode("ascii"))
-        # Ours are [sort value, id]; a forged deeply nested one must not reach the recursive decoder.
-        if nesting_exceeds(raw, 2):
-            raise ValueError("nested cursor")
-        value = json.loads(raw)
-    except (ValueError, UnicodeError, binascii.Error):
-        raise errors.validation_error({field: "malformed cursor"}) from None
-    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
-        raise errors.validation_error({field: "malformed cursor"})
-    return value[0], value[1]
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        # Ours are a flat list: anything nested must not reach the recursive decoder.
+        if nesting_exceeds(raw, 1):
+            raise malformed
+        value = json.loads(raw.decode("utf-8"))
+        if not (isinstance(value, list) and len(value) == 3 and value[2] == tag and isinstance(value[1], str)):
+            raise malformed
+        return _POSITIONS[kind](value[0]), _IDS[id_kind](value[1])
+    except (ValueError, TypeError, OverflowError, binascii.Error):  # UnicodeError and JSONDecodeError included
+        raise malformed from None
+
+
+# --- The keyset pager -------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -113,140 +191,83 @@ class Page(Generic[T]):
     next_cursor: str | None
 
 
-def keyset_page(
-    queryset: QuerySet,
-    *,
-    sort_field: str,
-    limit: int,
-    cursor: str | None,
-    descending: bool = False,
-    cursor_field: str = "afterCursor",
-    parse_sort_value=None,
-) -> Page:
-    """One page of ``queryset`` ordered by (sort_field, id), continuing after ``cursor``.
+class Keyset(Protocol[T]):
+    """Where a list's rows come from, in (position, id) order."""
 
-    Fetches limit + 1 rows so the next cursor is null exactly when nothing follows. ``parse_sort_value`` turns the
-    cursor's JSON sort value back into the column's type (e.g. datetime.fromisoformat); a value it rejects is a 400.
-    """
-    if cursor:
-        sort_value, item_id = decode_cursor(cursor, cursor_field)
-        if parse_sort_value is not None:
-            try:
-                sort_value = parse_sort_value(sort_value)
-            except (TypeError, ValueError):
-                raise errors.validation_error({cursor_field: "malformed cursor"}) from None
-        op = "lt" if descending else "gt"
-        after = Q(**{f"{sort_field}__{op}": sort_value}) | Q(**{sort_field: sort_value, f"id__{op}": item_id})
-        try:
-            # Values are converted to the column types here: a forged cursor (bad uuid, wrong type) is a 400.
-            queryset = queryset.filter(after)
-        except (DjangoValidationError, TypeError, ValueError):
-            raise errors.validation_error({cursor_field: "malformed cursor"}) from None
-    order = (F(sort_field).desc(), F("id").desc()) if descending else (F(sort_field).asc(), F("id").asc())
-    rows = list(queryset.order_by(*order)[: limit + 1])
-    has_more = len(rows) > limit
+    kind: type  # of the position (the sort value): datetime, float or int (see decode_cursor)
+
+    def fetch(self, after: tuple[Any, uuid.UUID] | None, count: int) -> list[T]:
+        """The first ``count`` rows after the keyset position ``after`` (None: from the start)."""
+
+    def key(self, row: T) -> tuple[Any, Any]:
+        """(position, id) of ``row``."""
+
+
+def keyset_page(keyset: Keyset[T], *, tag: str, cursor: str | None, limit: int, field: str = "afterCursor") -> Page[T]:
+    """One page of ``limit`` rows of ``keyset`` continuing after ``cursor``; the next cursor, tagged ``tag``, is
+    None exactly when nothing follows."""
+    after = decode_cursor(cursor, tag, keyset.kind, field) if cursor else None
+    rows = keyset.fetch(after, limit + 1)
+    if len(rows) <= limit:
+        return Page(rows, None)
     rows = rows[:limit]
-    next_cursor = encode_cursor(getattr(rows[-1], sort_field), rows[-1].id) if has_more else None
-    return Page(rows, next_cursor)
+    return Page(rows, encode_cursor(tag, *keyset.key(rows[-1])))
+
+
+@dataclass(frozen=True)
+class ModelKeyset:
+    """The rows of ``queryset`` (a model with a UUID ``id``) ordered by (``sort_field``, id)."""
+
+    queryset: QuerySet
+    sort_field: str
+    descending: bool = False
+    kind: type = datetime
+
+    def fetch(self, after: tuple[Any, uuid.UUID] | None, count: int) -> list:
+        queryset, sort = self.queryset, self.sort_field
+        if after is not None:
+            op = "lt" if self.descending else "gt"
+            queryset = queryset.filter(Q(**{f"{sort}__{op}": after[0]}) | Q(**{sort: after[0], f"id__{op}": after[1]}))
+        order = (F(sort).desc(), F("id").desc()) if self.descending else (F(sort).asc(), F("id").asc())
+        return list(queryset.order_by(*order)[:count])
+
+    def key(self, row: Any) -> tuple[Any, Any]:
+        return getattr(row, self.sort_field), row.id
+
+
+@dataclass(frozen=True)
+class SqlKeyset:
+    """A raw-SQL list: ``select_from`` is ``SELECT <id>, ... FROM ...`` (the id first, the sort column at
+    ``position_index``), ``where`` the list's own conditions (ANDed) with their ``params``, ``order`` the (sort
+    column, id column) it is ordered by."""
+
+    select_from: str
+    where: Sequence[str]
+    params: Sequence[Any]
+    order: tuple[str, str]
+    position_index: int
+    descending: bool = False
+    kind: type = datetime
+
+    def fetch(self, after: tuple[Any, uuid.UUID] | None, count: int) -> list[tuple]:
+        where, params = list(self.where), list(self.params)
+        position_column, id_column = self.order
+        if after is not None:
+            where.append(f"({position_column}, {id_column}) {'<' if self.descending else '>'} (%s, %s)")
+            params += list(after)
+        direction = "DESC" if self.descending else "ASC"
+        sql = (
+            f"{self.select_from} WHERE {' AND '.join(where)} "
+            f"ORDER BY {position_column} {direction}, {id_column} {direction} LIMIT %s"
+        )
+        with connection.cursor() as db:
+            db.execute(sql, [*params, count])
+            return db.fetchall()
+
+    def key(self, row: tuple) -> tuple[Any, Any]:
+        return row[self.position_index], row[0]
 
 
 def envelope(data: list[Any], next_cursor: str | None) -> dict[str, Any]:
     """The interface's page envelope for every cursor-paginated list (memory lists have their own shapes)."""
     return {"data": data, "afterCursor": next_cursor}
-
-
-# --- Tagged keyset cursors (raw-SQL lists) ----------------------------------------------------------------------
-# Lists that page in raw SQL (conversations, entries, memberships, transfers) tag their cursors with the list and
-# order they belong to, so a cursor handed to another endpoint is a 400 instead of a silently wrong page.
-
-
-def encode_tagged_cursor(tag: str, sort_value: Any, item_id: Any) -> str:
-    if isinstance(sort_value, datetime):
-        sort_value = sort_value.isoformat()
-    raw = json.dumps([sort_value, str(item_id), tag], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def fetch_timestamp_page(
-    select_from: str,
-    where: list[str],
-    params: list[Any],
-    *,
-    order: tuple[str, str],
-    tag: str,
-    cursor: str | None,
-    limit: int,
-    position_index: int,
-    descending: bool = False,
-) -> tuple[list[tuple], str | None]:
-    """One page of a raw-SQL list ordered by (timestamp column, id column), oldest first unless ``descending``,
-    continuing after ``cursor``.
-
-    ``select_from`` is ``SELECT <id>, ... FROM ...`` (the id first, the timestamp at ``position_index``); ``where``
-    the list's own conditions. Fetches limit + 1 rows so the next cursor (tagged with ``tag``) is None exactly
-    when nothing follows.
-    """
-    where, params = list(where), list(params)
-    position_column, id_column = order
-    if cursor:
-        position, item_id = decode_timestamp_cursor(cursor, tag)
-        where.append(f"({position_column}, {id_column}) {'<' if descending else '>'} (%s, %s)")
-        params += [position, item_id]
-    direction = "DESC" if descending else "ASC"
-    sql = (
-        f"{select_from} WHERE {' AND '.join(where)} "
-        f"ORDER BY {position_column} {direction}, {id_column} {direction} LIMIT %s"
-    )
-    with connection.cursor() as db:
-        db.execute(sql, [*params, limit + 1])
-        rows = db.fetchall()
-    if len(rows) <= limit:
-        return rows, None
-    rows = rows[:limit]
-    return rows, encode_tagged_cursor(tag, rows[-1][position_index], rows[-1][0])
-
-
-def decode_timestamp_cursor(cursor: str, tag: str, field: str = "afterCursor") -> tuple[datetime, Any]:
-    """(timestamp, item id as text) of a cursor made by ``encode_tagged_cursor(tag, <datetime>, id)``; anything
-    else (another list's cursor, a forged value) is a 400 naming ``field``."""
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-    except (ValueError, UnicodeError, binascii.Error):
-        raise errors.validation_error({field: "malformed cursor"}) from None
-    if not (isinstance(value, list) and len(value) == 3 and value[2] == tag and isinstance(value[0], str)
-            and isinstance(value[1], str)):
-        raise errors.validation_error({field: "malformed cursor"})
-    try:
-        position = datetime.fromisoformat(value[0])
-        if position.tzinfo is None:
-            raise ValueError("naive timestamp")
-        item_id = uuid.UUID(value[1])
-    except (ValueError, OverflowError):
-        raise errors.validation_error({field: "malformed cursor"}) from None
-    return position, item_id
-
-
-def decode_number_cursor(cursor: str, tag: str, field: str = "afterCursor") -> tuple[float, uuid.UUID]:
-    """(number, item id) of a cursor made by ``encode_tagged_cursor(tag, <float>, id)`` (ranked lists such as
-    search, ordered by score); another list's cursor, another query's or a forged value is a 400 naming
-    ``field``."""
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        raw = base64.urlsafe_b64decode(padded.encode("ascii"))
-        if nesting_exceeds(raw, 2):
-            raise ValueError("nested cursor")
-        value = json.loads(raw)
-    except (ValueError, UnicodeError, binascii.Error):
-        raise errors.validation_error({field: "malformed cursor"}) from None
-    if not (isinstance(value, list) and len(value) == 3 and value[2] == tag and isinstance(value[1], str)
-            and isinstance(value[0], int | float) and not isinstance(value[0], bool)):
-        raise errors.validation_error({field: "malformed cursor, or one from another search"})
-    try:
-        number = float(value[0])
-        if number != number or number in (float("inf"), float("-inf")):
-            raise ValueError("not finite")
-        item_id = uuid.UUID(value[1])
-    except (ValueError, OverflowError):
-        raise errors.validation_error({field: "malformed cursor"}) from None
-    return number, item_id

@@ -34,6 +34,19 @@ def _error_response(status: int) -> dict[str, Any]:
     return {"description": _ERROR_DESCRIPTIONS.get(status, ""), "content": {"application/json": {"schema": ERROR_REF}}}
 
 
+def _has_required_fields(schema: dict[str, Any], schemas: dict[str, Any], depth: int = 0) -> bool:
+    """Whether every body ``schema`` admits names a required field (through $ref, oneOf and anyOf)."""
+    if depth > 8:
+        return False
+    ref = schema.get("$ref", "")
+    if ref.startswith("#/components/schemas/"):
+        return _has_required_fields(schemas.get(ref.rsplit("/", 1)[1], {}), schemas, depth + 1)
+    branches = schema.get("oneOf") or schema.get("anyOf")
+    if branches:
+        return all(_has_required_fields(branch, schemas, depth + 1) for branch in branches)
+    return bool(schema.get("required"))
+
+
 def postprocess_schema(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
     """Document the errors the shared layers raise on every API operation, where the view did not:
 
@@ -42,6 +55,8 @@ def postprocess_schema(result: dict[str, Any], generator, request, public) -> di
     - 413 on every operation with a body (REQUEST_MAX_BODY_BYTES);
     - 404 on every operation with a path parameter.
 
+    A request body whose schema has required fields is itself required.
+
     An error response documented without a body gets D1's. The Error component allows no other keys.
     """
     error = result.get("components", {}).get("schemas", {}).get("Error")
@@ -49,12 +64,18 @@ def postprocess_schema(result: dict[str, Any], generator, request, public) -> di
         error["additionalProperties"] = False
         error["properties"]["details"] = {"type": "object", "additionalProperties": True}
     default_security = result.get("security")
+    schemas = result.get("components", {}).get("schemas", {})
     for path, item in result.get("paths", {}).items():
         if not path.startswith("/v1/"):
             continue
         for method, operation in item.items():
             if method not in _METHODS:
                 continue
+            body = operation.get("requestBody")
+            if body is not None and any(
+                _has_required_fields(media.get("schema", {}), schemas) for media in body.get("content", {}).values()
+            ):
+                body["required"] = True  # a body with required fields cannot be left out (hand-written schemas)
             responses = operation.setdefault("responses", {})
             wanted = []
             # [{}] (or no entry at all) means "no credentials needed": nothing to be 401 about.

@@ -13,7 +13,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from apps.core import errors
-from apps.core.pagination import LIMITS
+from apps.core.pagination import CURSOR_SCHEMA, LIMITS
 
 
 def _clone_field(field: serializers.Field) -> serializers.Field:
@@ -69,6 +69,19 @@ class StrictCharField(serializers.CharField):
         except UnicodeEncodeError:
             raise serializers.ValidationError("must not contain lone surrogates") from None
         return super().to_internal_value(data)
+
+
+class NonBlankCharField(StrictCharField):
+    """Text kept exactly as sent (no trimming) that must hold something besides whitespace."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=False, trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if not value.strip():
+            raise serializers.ValidationError("must not be blank")
+        return value
 
 
 class StrictChoiceField(serializers.ChoiceField):
@@ -230,6 +243,8 @@ def path_text(value: str, field: str, max_chars: int = 256) -> str:
 # --- OpenAPI: say what the strict fields enforce, so generated clients and fuzzers send what is accepted --------
 
 NO_NUL_PATTERN = r"^[^\u0000]*$"
+# No NUL, and something besides whitespace: what a field that trims and refuses blanks takes.
+NOT_BLANK_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
 
 
 class StrictSerializerSchema(OpenApiSerializerExtension):
@@ -248,14 +263,17 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
 
 
 class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
-    """StrictCharField refuses NUL characters (PostgreSQL text cannot hold them)."""
+    """StrictCharField refuses NUL characters (PostgreSQL text cannot hold them), and one that trims surrounding
+    whitespace and refuses blanks (DRF's defaults) refuses a string of whitespace."""
 
     target_class = StrictCharField
     match_subclasses = True
 
     def map_serializer_field(self, auto_schema, direction):
         schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
-        schema["pattern"] = NO_NUL_PATTERN
+        field = self.target
+        not_blank = isinstance(field, NonBlankCharField) or (field.trim_whitespace and not field.allow_blank)
+        schema["pattern"] = NOT_BLANK_PATTERN if not_blank else NO_NUL_PATTERN
         return schema
 
 
@@ -267,3 +285,28 @@ def limit_parameter(endpoint: str) -> OpenApiParameter:
         {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default},
         description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}",
     )
+
+
+def cursor_parameter(name: str = "afterCursor") -> OpenApiParameter:
+    """The cursor query parameter of a paginated list, with the bounds apps.core.pagination.decode_cursor enforces."""
+    return OpenApiParameter(
+        name, CURSOR_SCHEMA, description="The previous page's cursor (opaque; absent or empty: the first page)"
+    )
+
+
+def body_limit_field(endpoint: str) -> type[serializers.JSONField]:
+    """The ``limit`` of a JSON request body: a JSON integer (``"5"`` is a 400: body types are strict, unlike a query
+    string's, where every value is text). Its bounds are checked by apps.core.pagination.parse_limit, the one place
+    limits are checked; the schema states both."""
+    bounds = LIMITS[endpoint]
+
+    @extend_schema_field(
+        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
+    )
+    class BodyLimitField(serializers.JSONField):
+        def to_internal_value(self, data: Any) -> Any:
+            if data is not None and (isinstance(data, bool) or not isinstance(data, int)):
+                raise serializers.ValidationError(f"must be an integer between {bounds.minimum} and {bounds.maximum}")
+            return data
+
+    return BodyLimitField

@@ -1,9 +1,11 @@
 """pgvector pieces shared by the apps that search by embedding (memories, conversations).
 
-- ``ensure_hnsw_index``: the HNSW cosine index per embedding dimension, a partial expression index on
+- ``create_hnsw_index``: the HNSW cosine index per embedding dimension, a partial expression index on
   ``embedding::vector(<dimension>)`` (the columns are untyped ``vector`` so one table serves any provider), created
-  once per process on first use, under an advisory lock so that processes arriving together do not collide;
-  queries use the same expression so the planner can take it.
+  by ``manage.py migrate`` (a post_migrate step of each app with vectors, for the configured provider) and by
+  ``reindex_memories``, under an advisory lock so that processes arriving together do not collide; queries use the
+  same expression so the planner can take it. Never on the request path: the service may run as a database role
+  without DDL rights (``check_hnsw_index`` only looks the index up).
 - ``ScopeSizes``: the exact-vs-ANN plan choice. A scope of at most ``threshold`` vectors (counted with a bounded
   probe, cached briefly) is ranked exactly: walking HNSW for a selective filter visits more candidates than the
   scope holds, so exact is faster there and has recall 1. A larger scope walks HNSW with pgvector's iterative scan.
@@ -12,18 +14,24 @@
 
 from __future__ import annotations
 
-import threading
+import logging
+import math
 import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from apps.core.embeddings import EmbeddingProvider
 
-_ensured: set[tuple[str, str]] = set()
-_ensure_lock = threading.Lock()
+logger = logging.getLogger(__name__)
+
+# Indexes known to exist, per (database alias, index name); a missing one is looked up again after
+# _MISSING_RECHECK_SECONDS (and logged each time).
+_present: set[tuple[str, str]] = set()
+_missing_until: dict[tuple[str, str], float] = {}
+_MISSING_RECHECK_SECONDS = 60.0
 # The class half of the two-int advisory lock taken while an index is created: apart from every other advisory lock
 # of the service (apps.memories.services, apps.core.leases).
 _INDEX_LOCK_CLASS = 0x686E7377  # "hnsw"
@@ -39,26 +47,47 @@ def vector_literal(vector: Sequence[float]) -> str:
 
 
 def similarity(distance: float) -> float:
-    """Cosine distance → similarity clamped to [0, 1] (opposite directions score 0, not negative)."""
+    """Cosine distance → similarity clamped to [0, 1] (opposite directions score 0, not negative). A zero vector
+    (a text with no words, for the hashing embedder) has no direction: pgvector's distance to it is NaN, which is
+    no match (0), never a perfect one."""
+    if math.isnan(distance):
+        return 0.0
     return max(0.0, min(1.0, 1.0 - distance))
 
 
-def ensure_hnsw_index(table: str, index_name: str, dimension: int) -> None:
-    """Create the HNSW cosine index on ``table.embedding`` for ``dimension`` once per process (idempotent across
-    processes). ``table`` and ``index_name`` come from code, never from callers."""
+def check_hnsw_index(index_name: str) -> bool:
+    """Whether the HNSW index ``index_name`` exists; never creates it (DDL belongs to ``manage.py migrate``: the
+    service may run as a role with DML rights only). Search works without it, ranking exactly, only slower, so a
+    missing index is a warning naming the fix, not an error."""
     key = (connection.alias, index_name)
-    if key in _ensured:
-        return
-    with _ensure_lock:
-        if key in _ensured:
+    if key in _present:
+        return True
+    now = time.monotonic()
+    if _missing_until.get(key, 0.0) > now:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [index_name])
+        exists = bool(cursor.fetchone()[0])
+    if exists:
+        _present.add(key)
+        _missing_until.pop(key, None)
+    else:
+        _missing_until[key] = now + _MISSING_RECHECK_SECONDS
+        logger.warning(
+            "HNSW index %s is missing: vector search scans instead; run `manage.py migrate` to create it", index_name
+        )
+    return exists
+
+
+def create_hnsw_index(table: str, index_name: str, dimension: int, using: str = DEFAULT_DB_ALIAS) -> None:
+    """The index, unless it exists (or ``table`` does not, e.g. after migrating an app to zero); safe when several
+    processes (two ``migrate`` runs of a rolling deploy) get there at once. ``table`` and ``index_name`` come from
+    code, never from callers."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL", [table, index_name])
+        table_exists, index_exists = cursor.fetchone()
+        if not table_exists or index_exists:
             return
-        create_hnsw_index(table, index_name, int(dimension))
-        _ensured.add(key)
-
-
-def create_hnsw_index(table: str, index_name: str, dimension: int) -> None:
-    """The index, unless it exists; safe when several processes (web workers, Celery) get there at once."""
-    with transaction.atomic(), connection.cursor() as cursor:
         # IF NOT EXISTS alone lets two sessions past its check at once, and the second then fails on pg_class's
         # unique index ("duplicate key value violates unique constraint pg_class_relname_nsp_index": a 500 on a
         # semantic search when both web workers took their first one together). Under the lock the second waits
@@ -76,8 +105,10 @@ def create_hnsw_index(table: str, index_name: str, dimension: int) -> None:
         )
 
 
-def forget_ensured() -> None:
-    _ensured.clear()
+def forget_checked() -> None:
+    """Forget what check_hnsw_index found (tests, benchmarks that drop and rebuild the index)."""
+    _present.clear()
+    _missing_until.clear()
 
 
 class ScopeSizes:

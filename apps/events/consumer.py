@@ -20,9 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import time
-import uuid
 from urllib.parse import parse_qs
 
 import redis
@@ -32,7 +30,7 @@ from django.conf import settings
 
 from apps.core import errors, metrics
 from apps.core.auth.authentication import authenticate_credentials
-from apps.core.logging import reset_request_id, set_request_id
+from apps.core.logging import request_id_for, reset_request_id, set_request_id
 from apps.core.redis_client import get_async_client
 from apps.events import streams
 from apps.events.hub import KEEPALIVE_ITEM, Item, Subscriber, get_hub
@@ -41,7 +39,6 @@ from apps.events.streams import kind_of
 logger = logging.getLogger(__name__)
 access_log = logging.getLogger("apps.access")
 
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _ROUTE = "/v1/events"
 _REPLAY_PAGE = 500
 # Events already queued for a stream go out in one write (up to this many): one send per burst, not per event.
@@ -97,8 +94,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
 
     async def handle(self, body: bytes) -> None:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.scope["headers"]}
-        supplied = headers.get("x-request-id", "")
-        self.request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
+        self.request_id = request_id_for(headers.get("x-request-id", ""))
         token = set_request_id(self.request_id)
         try:
             await self._start(headers)

@@ -160,7 +160,14 @@ class Hub:
             self._ready = asyncio.Event()
             self.task = asyncio.get_running_loop().create_task(self._run(self.generation), name="sse-hub")
         if new_user:
-            await self._start_user(user)
+            try:
+                await self._start_user(user)
+            except BaseException:
+                # Whatever failed (Redis, or a user id no Redis key can hold), the subscriber must not stay: the
+                # reader subscribes every registered user's channel each time it (re)connects, and one that can
+                # never be subscribed would keep it from serving anybody (issue 21.6).
+                self.unregister(subscriber)
+                raise
 
     async def _start_user(self, user: str) -> None:
         self.catching_up[user] = []
@@ -289,9 +296,11 @@ class Hub:
                             # A burst is read from the buffer without ever waiting: let the writers drain what was
                             # just handed to them, so one burst cannot evict a client that had no chance to write.
                             await asyncio.sleep(0)
-                except (redis.RedisError, OSError) as exc:
+                except Exception as exc:  # Redis down, or anything else: the reader retries and never dies
                     if generation != self.generation:
                         return
+                    if not isinstance(exc, redis.RedisError | OSError):
+                        logger.exception("event stream reader failed")
                     if self._ready is not None:
                         self._ready.clear()
                     self._pubsub = None

@@ -25,9 +25,9 @@ from django.conf import settings
 from django.db import transaction
 
 from apps.core import metrics
-from apps.core.access import AccessLevel, conversation_members
 from apps.core.redis_client import get_client
 from apps.events import streams
+from apps.sharing.access import AccessLevel, conversation_members
 
 logger = logging.getLogger(__name__)
 

@@ -28,11 +28,11 @@ class MemoryAdmin(ReadOnlyModelAdmin):
 @admin.register(MemoryEvent)
 class MemoryEventAdmin(ReadOnlyModelAdmin):
     # The timeline is append-only; retention prunes it.
-    list_display = ("seq", "kind", "namespace_path", "key", "occurred_at")
+    list_display = ("seq", "tx", "kind", "namespace_path", "key", "occurred_at")
     list_filter = ("kind",)
     search_fields = ("key",)
-    ordering = ("-seq",)
-    fields = ("seq", "id", "memory_id", "namespace", "key", "kind", "occurred_at", "attributes")
+    ordering = ("-tx", "-seq")  # the timeline's order, newest first
+    fields = ("seq", "tx", "id", "memory_id", "namespace", "key", "kind", "occurred_at", "attributes")
     readonly_fields = fields
 
     @admin.display(description="namespace")

@@ -8,11 +8,17 @@ import time
 
 from django.conf import settings
 
+# The ceiling of memory.episodic.namespace.max_depth (the admin form and the environment default refuse more), and
+# so the deepest namespace that can exist: GET and DELETE accept addresses up to it whatever the setting is now,
+# so that lowering the setting caps new writes only and every record written before stays reachable.
+MAX_NAMESPACE_DEPTH = 64
+
 _lock = threading.Lock()
 _cached: tuple[float, int] | None = None
 
 
 def namespace_max_depth() -> int:
+    """The configured maximum depth for new writes (never above MAX_NAMESPACE_DEPTH, whatever an older row says)."""
     global _cached
     now = time.monotonic()
     cached = _cached
@@ -22,7 +28,7 @@ def namespace_max_depth() -> int:
 
     row = ServiceSettings.objects.order_by("id").first()
     depth = row.memory_episodic_namespace_max_depth if row and row.memory_episodic_namespace_max_depth else None
-    value = depth or settings.MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH
+    value = min(depth or settings.MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH, MAX_NAMESPACE_DEPTH)
     with _lock:
         _cached = (now, value)
     return value

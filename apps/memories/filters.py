@@ -7,6 +7,8 @@ the column expression comes from code.
 Filter forms (D4): a bare scalar is equality; ``{"in": [...]}`` (non-empty) is membership; ``{"gt"|"gte"|"lt"|
 "lte": v}`` are ranges (several allowed). ``$eq``, ``$in``, ``$gt``... are accepted as aliases. Ranges compare
 numbers as numbers and RFC 3339 strings as timestamps; a row whose attribute is of another type does not match.
+A filter holds at most MAX_ATTRIBUTES attributes of at most MAX_OPERATORS operators each, and MAX_IN_VALUES ``in``
+values in all.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ Scalar = str | int | float | bool | None
 _RANGE_SQL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 _OPERATORS = {"in", *_RANGE_SQL}
 _ALIASES = {"$eq": "eq", "$in": "in", "$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte", "eq": "eq"}
+
+# Caps on one filter (the caller's or a policy's), so that no request can make the filter the work: each condition
+# is a test on every candidate row (a semantic search may walk tens of thousands), and the values reach the
+# filter policy as input. Far above any real filter; a filter beyond them is a 400 naming `filter`.
+MAX_ATTRIBUTES = 16  # attribute names
+MAX_OPERATORS = 4  # operators (eq, in, gt, gte, lt, lte and their $ aliases) on one attribute
+MAX_IN_VALUES = 1000  # values of all `in` lists together
+_IN_AS_CONTAINMENT = 16  # an `in` list up to this long is compiled to GIN-indexable containments (see to_sql)
 
 # RFC 3339 date-time (the only strings compared as timestamps); PostgreSQL's own timestamptz input would also
 # accept words such as 'today', which must stay plain strings.
@@ -97,6 +107,7 @@ def parse_filter(raw: Any, where: str = "filter") -> CompiledFilter:
         return CompiledFilter()
     if not isinstance(raw, dict):
         raise errors.validation_error({where: "must be an object"})
+    _check_caps(raw, where)
     conditions = []
     for name, spec in raw.items():
         if not isinstance(name, str) or not name:
@@ -136,6 +147,37 @@ def parse_filter(raw: Any, where: str = "filter") -> CompiledFilter:
     return CompiledFilter(conditions)
 
 
+def _nameable(name: Any) -> bool:
+    """Whether ``name`` can be a key of the error body (JSON text: no NUL, nothing UTF-8 cannot encode)."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_caps(raw: dict, where: str) -> None:
+    """MAX_ATTRIBUTES, MAX_OPERATORS and MAX_IN_VALUES, counted before anything else looks at the values. So a
+    filter is at most MAX_ATTRIBUTES * MAX_OPERATORS conditions, each a test on every candidate row."""
+    if len(raw) > MAX_ATTRIBUTES:
+        raise errors.validation_error({where: f"at most {MAX_ATTRIBUTES} attributes"})
+    in_values = 0
+    for name, spec in raw.items():
+        if not isinstance(spec, dict):
+            continue
+        if len(spec) > MAX_OPERATORS:
+            # Named under `where` when the name itself cannot be encoded (parse_filter refuses it next).
+            field = f"{where}.{name}" if _nameable(name) else where
+            raise errors.validation_error({field: f"at most {MAX_OPERATORS} operators"})
+        for op_name, operand in spec.items():
+            if _ALIASES.get(op_name, op_name) == "in" and isinstance(operand, list):
+                in_values += len(operand)
+    if in_values > MAX_IN_VALUES:
+        raise errors.validation_error({where: f"at most {MAX_IN_VALUES} values in all `in` lists together"})
+
+
 def merge(*filters: CompiledFilter) -> CompiledFilter:
     """AND of filters: a policy's attribute_filter and the caller's both hold (same field: both conditions)."""
     return CompiledFilter([condition for f in filters for condition in f.conditions])
@@ -161,29 +203,41 @@ def to_sql(compiled: CompiledFilter, column: str) -> tuple[str, list[Any]]:
         parts.insert(0, f"{column} @> %s::jsonb")
         params.insert(0, json.dumps(equalities))
     for condition in compiled.conditions:
-        if condition.one_of is not None:
+        if condition.one_of is not None and len(condition.one_of) <= _IN_AS_CONTAINMENT:
+            # A short list: one containment per value, which the GIN index can answer (a BitmapOr).
             alternatives = " OR ".join([f"{column} @> %s::jsonb"] * len(condition.one_of))
             parts.append(f"({alternatives})")
             params.extend(json.dumps({condition.field: item}) for item in condition.one_of)
+        elif condition.one_of is not None:
+            # A long one: one array parameter, compared by jsonb equality (as type-exact as containment for the
+            # scalars attributes hold). PostgreSQL hashes an = ANY over known values, so a row costs one lookup,
+            # not one comparison per value, and the statement one parameter, not one per value.
+            parts.append(f"({column} -> %s) = ANY(%s::jsonb[])")
+            params.extend([condition.field, [json.dumps(item) for item in condition.one_of]])
+        numeric_guarded = False
         for op, operand in condition.ranges:
             sql_op = _RANGE_SQL[op]
             if isinstance(operand, datetime):
                 # Only RFC 3339 strings are cast; anything else yields NULL, which never matches.
                 parts.append(
-                    f"(CASE WHEN jsonb_typeof({column} -> %s) = 'string' AND ({column} ->> %s) ~ %s "
+                    f"coalesce((CASE WHEN jsonb_typeof({column} -> %s) = 'string' AND ({column} ->> %s) ~ %s "
                     f"AND pg_input_is_valid({column} ->> %s, 'timestamptz') "
-                    f"THEN ({column} ->> %s)::timestamptz END) {sql_op} %s"
+                    f"THEN ({column} ->> %s)::timestamptz END) {sql_op} %s, false)"
                 )
                 params.extend([condition.field, condition.field, _RFC3339_SQL, condition.field, condition.field, operand])
             else:
-                # The bound as text, read by numeric: exact, as the literal of client-side binding was. Bound
-                # server-side as a number, a float would be float8, and numeric against float8 compares as float8
-                # (and float8::numeric keeps 15 digits), so 2**53 + 1 would not be > 2.0**53.
-                parts.append(
-                    f"(CASE WHEN jsonb_typeof({column} -> %s) = 'number' "
-                    f"THEN ({column} ->> %s)::numeric END) {sql_op} %s::numeric"
-                )
-                params.extend([condition.field, condition.field, str(operand)])
+                if not numeric_guarded:
+                    # One type test per attribute, ahead of its bounds: a row of another type (or without the
+                    # attribute) stops the AND chain at once (false, not NULL: NULL would go on to evaluate every
+                    # other condition).
+                    parts.append(f"coalesce(jsonb_typeof({column} -> %s) = 'number', false)")
+                    params.append(condition.field)
+                    numeric_guarded = True
+                # Compared as jsonb numbers, which are numeric: exact, and no text to parse per row. The bound is
+                # its text read by jsonb: bound server-side as a number, a float would be float8 (15 digits), so
+                # 2**53 + 1 would not be > 2.0**53.
+                parts.append(f"({column} -> %s) {sql_op} %s::jsonb")
+                params.extend([condition.field, str(operand)])
     if not parts:
         return "TRUE", []
     return " AND ".join(parts), params

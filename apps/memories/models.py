@@ -13,11 +13,13 @@ import uuid
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.fields.array import SliceTransform
 from django.contrib.postgres.indexes import GinIndex
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from pgvector.django import VectorField
 
 from apps.core.models import IndexState
+from apps.memories.config import MAX_NAMESPACE_DEPTH
 
 
 class MemoryState(models.TextChoices):
@@ -104,16 +106,29 @@ class EventKind(models.TextChoices):
     EXPIRED = "expired"
 
 
+class CurrentTransactionId(models.Func):
+    """The writing transaction's id (PostgreSQL's 64-bit xid8, which never wraps around), as a bigint."""
+
+    template = "(pg_current_xact_id()::text::bigint)"
+    output_field = models.BigIntegerField()
+
+
 class MemoryEvent(models.Model):
     """An append-only timeline entry, written in the same transaction as the change it records.
 
-    ``seq`` is assigned under a transaction-level advisory lock taken right before commit (see
-    services._append_events_sql), so sequence order is commit order: a reader paging by ``seq`` never skips an event
-    that commits late. ``attributes`` is kept for every kind so access filtering works on delete/expired events
-    too; the API shows it only for add/update, as the interface says.
+    The timeline's order is ``(tx, seq)``: the id of the transaction that wrote the event, then its sequence number.
+    Writers take no common lock (each address is serialised on its own, services._ADDRESS_LOCK_SQL), so sequence
+    numbers are not commit order; a reader instead only returns events of transactions older than every transaction
+    still running (selectors.events_query), and any transaction that commits later has a larger id than all of
+    those. So a reader paging by ``(tx, seq)`` never passes an event that commits later. ``attributes`` is kept for
+    every kind so access filtering works on delete/expired events too; the API shows it only for add/update, as
+    the interface says.
     """
 
     seq = models.BigAutoField(primary_key=True)
+    # 0 for events written before this column existed: they precede every later one, in seq order (they were
+    # written under one global lock, in commit order).
+    tx = models.BigIntegerField(db_default=CurrentTransactionId(), editable=False)
     id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     memory_id = models.UUIDField()
     namespace = ArrayField(models.TextField())
@@ -127,16 +142,22 @@ class MemoryEvent(models.Model):
         db_table = "memory_events"
         indexes = [
             # For prefixes deeper than the owner. No pending list (fastupdate): every scan reads all of it until
-            # VACUUM merges it, and events arrive one per write (migration 0007).
+            # VACUUM merges it, and events arrive one per write (migration 0009).
             GinIndex(fields=["namespace"], name="memory_events_ns_gin", fastupdate=False),
             models.Index(fields=["occurred_at"], name="memory_events_occurred"),
-            # The events page walks one owner's timeline in seq order: `namespace[1:2] = owner ORDER BY seq + 0`
-            # (selectors.events_query; `+ 0` so the primary key cannot serve that order). Migration 0004 also keeps
-            # statistics on namespace[1:n] (CREATE STATISTICS) for prefixes deeper than the owner.
-            models.Index(SliceTransform(1, 2, "namespace"), F("seq") + 0, name="memory_events_owner_seq"),
-            # A page filtered by kind walks one kind at a time, and the walks are merged (migration 0007).
+            # The events page walks the timeline in (tx, seq) order: the whole of it for an admin's short prefix ...
+            models.Index(fields=["tx", "seq"], name="memory_events_timeline"),
+            # ... one owner's part of it otherwise: `namespace[1:2] = owner ORDER BY tx + 0, seq`
+            # (selectors.events_query; `+ 0` so the index above cannot serve that order: walking it and filtering
+            # reads every other owner's events between two of this owner's). Migration 0004 also keeps statistics
+            # on namespace[1:n] (CREATE STATISTICS) for prefixes deeper than the owner.
             models.Index(
-                SliceTransform(1, 2, "namespace"), "kind", F("seq") + 0, name="memory_events_owner_kind_seq"
+                SliceTransform(1, 2, "namespace"), F("tx") + 0, F("seq"), name="memory_events_owner_timeline"
+            ),
+            # ... and a page filtered by kind walks one kind at a time, the walks merged (migration 0009).
+            models.Index(
+                SliceTransform(1, 2, "namespace"), F("kind"), F("tx") + 0, F("seq"),
+                name="memory_events_kind_timeline",
             ),
         ]
 
@@ -152,7 +173,12 @@ class ServiceSettings(models.Model):
         "memory.episodic.namespace.max_depth",
         null=True,
         blank=True,
-        help_text="Maximum namespace depth for new writes. Empty: MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH (default 5).",
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_NAMESPACE_DEPTH)],
+        help_text=(
+            f"Maximum namespace depth for new writes (1 to {MAX_NAMESPACE_DEPTH}). Empty: "
+            "MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH (default 5). Lowering it caps new writes only: deeper records "
+            "stay readable, deletable and searchable."
+        ),
     )
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -84,9 +84,9 @@ def scope_for(principal: Principal, requested_prefix: list[str], caller_filter: 
             "context": policy_context(principal),
         }
     )
-    prefix = requested_prefix if result.namespace_prefix is None else list(result.namespace_prefix)
+    prefix = list(result.namespace_prefix)
     try:
-        policy_filter = filters.parse_filter(result.attribute_filter or {}, where="policy.attribute_filter")
+        policy_filter = filters.parse_filter(result.attribute_filter, where="policy.attribute_filter")
     except errors.ApiError as exc:
         # A policy producing a filter we cannot run is the policy's fault, never a reason to widen access.
         raise errors.ApiError(500, "The filter policy returned an invalid attribute_filter.", code="policy_error") from exc
@@ -201,35 +201,87 @@ class EventQuery:
     limit: int
 
 
+# An event's place on the timeline: (tx, seq), the id of the transaction that wrote it and its sequence number. A
+# cursor carries tx as its position and seq as its item id.
+Position = tuple[int, int]
+EVENTS_CURSOR = "memories.events"
+
+
+def encode_event_cursor(position: Position) -> str:
+    return pagination.encode_cursor(EVENTS_CURSOR, position[0], position[1])
+
+
+def decode_event_cursor(cursor: str) -> Position:
+    return pagination.decode_cursor(cursor, EVENTS_CURSOR, int, "after_cursor", id_kind=int)
+
+
+# The timeline's horizon (see events_query): the oldest transaction still running, and the reader's own transaction
+# when it has written (tests run inside one), both as bigints.
+HORIZON_SQL = (
+    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, pg_current_xact_id_if_assigned()::text::bigint"
+)
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """Events of transactions older than ``oldest_running`` (all of which have ended) may be read, and the reader's
+    own (``own``, None unless it has written)."""
+
+    oldest_running: int
+    own: int | None = None
+
+
+def read_horizon(cursor: Any) -> Horizon:
+    cursor.execute(HORIZON_SQL, [])
+    oldest_running, own = cursor.fetchone()
+    return Horizon(int(oldest_running), None if own is None else int(own))
+
+
 def events_query(
     scope: Scope,
     *,
+    horizon: Horizon,
     kinds: list[str] | None = None,
     after: datetime | None = None,
     before: datetime | None = None,
-    after_seq: int | None = None,
+    after_position: Position | None = None,
     limit: int,
 ) -> tuple[str, list[Any]]:
-    """One page of the timeline in seq order (bench/memories.py runs the same statement as its floor).
+    """One page of the timeline in (tx, seq) order: (tx, seq, id, namespace, key, kind, occurred_at,
+    value_ciphertext, attributes) rows (bench/memories.py runs the same statement as its floor).
 
-    Inside one owner's subtree (a prefix of two or more segments) PostgreSQL walks memory_events_owner_seq,
-    ``(namespace[1:2], seq + 0)``, and stops after ``limit`` events. Two planner traps are shut: the prefix test
-    leads with ``namespace[1:2] = owner``, which has statistics (filters.owner_prefix_sql), so a large owner is
-    never mistaken for a few rows to collect and sort; and the order and cursor are written ``seq + 0``, which the
-    primary key cannot provide, so PostgreSQL cannot walk every owner's events in seq order and filter out the
-    others (it did so for a large owner: 70 ms skipping 120k other events after a polling client's cursor). A
-    shorter prefix (admins) walks the primary key.
+    Only events of transactions older than the horizon are returned (and the reader's own, when it writes): every
+    transaction that commits later has a larger id, so everything it writes sorts after what a reader has seen,
+    and a reader paging by position never passes an event. The horizon is read before the page (read_horizon): any
+    horizon taken earlier is as safe, since the transactions older than it ended before this statement's snapshot
+    too. Read apart, it is a constant when the page is planned, so the planner knows it excludes almost nothing.
+    Memory writes are short, so the horizon trails the present by milliseconds; a long writing transaction
+    anywhere in the database holds it back, which delays events, never loses them.
 
-    With ``kinds``, inside an owner's subtree the page is one walk per kind on memory_events_owner_kind_seq,
-    ``(namespace[1:2], kind, seq + 0)``, each stopped after ``limit`` rows, merged in seq order: a walk of the
-    owner's timeline filtered by kind reads every event of the other kinds in between (a first ``kinds=delete``
-    page after 10k updates read 13k of them, 7-35 ms; 0.2-0.3 ms per kind walked)."""
+    Inside one owner's subtree (a prefix of two or more segments) PostgreSQL walks memory_events_owner_timeline,
+    ``(namespace[1:2], tx + 0, seq)``, from the cursor to the horizon, and stops after ``limit`` events. Two
+    planner traps are shut: the prefix test leads with ``namespace[1:2] = owner``, which has statistics
+    (filters.owner_prefix_sql), so a large owner is never mistaken for a few rows to collect and sort; and the
+    order and cursor are written ``tx + 0``, which memory_events_timeline cannot provide, so PostgreSQL cannot walk
+    every owner's events in order and filter out the others (it did so for a large owner: 70 ms skipping 120k other
+    events after a polling client's cursor). A shorter prefix (admins) walks memory_events_timeline.
+
+    With ``kinds``, inside an owner's subtree the page is one walk per kind on memory_events_kind_timeline,
+    ``(namespace[1:2], kind, tx + 0, seq)``, each stopped after ``limit`` rows, merged in timeline order: a walk of
+    the owner's timeline filtered by kind reads every event of the other kinds in between (a first ``kinds=delete``
+    page after 10k updates read the 12.5k adds and updates before the first delete: 58-61 ms; 0.3 ms merged)."""
     owner_walk = len(scope.namespace_prefix) >= filters.OWNER_DEPTH
-    seq = "(e.seq + 0)" if owner_walk else "e.seq"
+    tx = "(e.tx + 0)" if owner_walk else "e.tx"
     prefix_sql, prefix_params = filters.owner_prefix_sql(scope.namespace_prefix, "e.namespace")
     filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "e.attributes")
     where = [prefix_sql, filter_sql]
     params: list[Any] = [*prefix_params, *filter_params]
+    if horizon.own is None:
+        where.append(f"{tx} < %s")
+        params.append(horizon.oldest_running)
+    else:
+        where.append(f"({tx} < %s OR {tx} = %s)")
+        params.extend([horizon.oldest_running, horizon.own])
     if kinds and not owner_walk:
         where.append("e.kind = ANY(%s)")
         params.append(kinds)
@@ -239,37 +291,42 @@ def events_query(
     if before is not None:
         where.append("e.occurred_at < %s")
         params.append(before)
-    if after_seq is not None:
-        where.append(f"{seq} > %s")
-        params.append(after_seq)
-    columns = "e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes"
+    if after_position is not None:
+        where.append(f"({tx}, e.seq) > (%s, %s)")
+        params.extend(after_position)
+    columns = "e.tx, e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes"
     if not (kinds and owner_walk):
-        sql = f"SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} ORDER BY {seq} LIMIT %s"  # noqa: S608
+        sql = f"SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} ORDER BY {tx}, e.seq LIMIT %s"  # noqa: S608
         return sql, [*params, limit]
-    # One walk per kind. The kind is compared with =: with = ANY the index order would not be seq order.
-    walk = f"(SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} AND e.kind = %s ORDER BY {seq} LIMIT %s)"  # noqa: S608
+    # One walk per kind. The kind is compared with =: with = ANY the index order would not be timeline order.
+    walk = (
+        f"(SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} AND e.kind = %s "  # noqa: S608
+        f"ORDER BY {tx}, e.seq LIMIT %s)"
+    )
     kinds = list(dict.fromkeys(kinds))
     walks = " UNION ALL ".join([walk] * len(kinds))
-    sql = f"SELECT {columns} FROM ({walks}) AS e ORDER BY e.seq LIMIT %s"  # noqa: S608
+    sql = f"SELECT {columns} FROM ({walks}) AS e ORDER BY e.tx, e.seq LIMIT %s"  # noqa: S608
     return sql, [*(value for kind in kinds for value in (*params, kind, limit)), limit]
 
 
 def list_events(principal: Principal, query: EventQuery) -> dict:
     scope = scope_for(principal, query.namespace_prefix, None)
-    after_seq = None
-    if query.after_cursor:
-        seq, _event_id = pagination.decode_cursor(query.after_cursor, "after_cursor")
-        if isinstance(seq, bool) or not isinstance(seq, int):
-            raise errors.validation_error({"after_cursor": "malformed cursor"})
-        after_seq = seq
-    sql, params = events_query(
-        scope, kinds=query.kinds, after=query.after, before=query.before, after_seq=after_seq, limit=query.limit
-    )
+    after_position = decode_event_cursor(query.after_cursor) if query.after_cursor else None
     with bound_cursor() as cursor:
+        horizon = read_horizon(cursor)
+        sql, params = events_query(
+            scope,
+            horizon=horizon,
+            kinds=query.kinds,
+            after=query.after,
+            before=query.before,
+            after_position=after_position,
+            limit=query.limit,
+        )
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     events = []
-    for _seq, event_id, namespace, key, kind, occurred_at, ciphertext, attributes in rows:
+    for _tx, _seq, event_id, namespace, key, kind, occurred_at, ciphertext, attributes in rows:
         carries_snapshot = kind in (EventKind.ADD, EventKind.UPDATE)
         event_id_text = str(event_id)  # once: the response's id and the ciphertext's binding
         events.append(
@@ -283,7 +340,11 @@ def list_events(principal: Principal, query: EventQuery) -> dict:
                 "attributes": _json(attributes) if carries_snapshot else None,
             }
         )
-    # The cursor always points after the last event seen, so a client can keep polling for newer events; with
-    # nothing new it hands back the cursor it sent.
-    next_cursor = pagination.encode_cursor(rows[-1][0], rows[-1][1]) if rows else query.after_cursor
-    return {"events": events, "after_cursor": next_cursor}
+    # The cursor always points after the last event seen, so a client can keep polling for newer events. An empty
+    # page read everything before the horizon: every event still to come sorts after (horizon, 0), so the cursor
+    # moves there (never back), and a poller with nothing new yet still gets a cursor to continue from.
+    if rows:
+        position = (rows[-1][0], rows[-1][1])
+    else:
+        position = max(after_position or (0, 0), (horizon.oldest_running, 0))
+    return {"events": events, "after_cursor": encode_event_cursor(position)}

@@ -1,8 +1,9 @@
 """Semantic search (query mode, D4): embed the query, ANN in pgvector inside the caller's scope, then fetch and
 decrypt the matching active versions from the primary store.
 
-Only versions with vectors appear (no fallback to attribute search). A version deleted or expired since it was
-indexed is dropped by the primary-store check at once, before the indexer removes its vectors.
+Only versions with vectors appear (no fallback to attribute search). A version deleted or superseded since it was
+indexed is skipped inside the ANN query (vector_index), so it takes no place on the page, before the indexer
+removes its vectors; the primary-store read below checks state and expiry once more, as it fetches the values.
 """
 
 from __future__ import annotations

@@ -9,13 +9,16 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.serializers import (
+    NO_NUL_PATTERN,
     JsonObjectField,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
+    body_limit_field,
     text_problem,
 )
-from apps.memories import config
+from apps.memories import config, filters
+from apps.memories.openapi import DEPTH_MARKER
 
 MAX_SEGMENT_CHARS = 256
 MAX_KEY_BYTES = 1024
@@ -38,18 +41,63 @@ def _plainly_valid_segment(segment: str) -> bool:
     return bool(segment) and len(segment) <= MAX_SEGMENT_CHARS and text_problem(segment) is None
 
 
-class NamespaceField(serializers.ListField):
-    """An ordered list of non-empty strings, at most the configured depth (memory.episodic.namespace.max_depth)."""
+# A key wherever one is named (the PUT body, the GET and DELETE query). JSON Schema counts characters: 1024 is the
+# most characters any key can have, and the description states the byte limit.
+KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_KEY_BYTES,
+    "pattern": NO_NUL_PATTERN,
+    "description": f"At most {MAX_KEY_BYTES} bytes in UTF-8",
+}
+
+
+@extend_schema_field(KEY_SCHEMA)
+class MemoryKeyField(StrictCharField):
+    """A memory's key, the same in every operation that names one (PUT, GET, DELETE): non-empty, at most
+    MAX_KEY_BYTES in UTF-8, kept as sent."""
 
     def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=False, trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        key = super().to_internal_value(data)
+        if len(key.encode()) > MAX_KEY_BYTES:
+            raise serializers.ValidationError(f"must be at most {MAX_KEY_BYTES} bytes")
+        return key
+
+
+# A namespace segment wherever one is named (addresses, prefixes, suffixes).
+SEGMENT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SEGMENT_CHARS, "pattern": NO_NUL_PATTERN}
+# A namespace to write (PUT): its maxItems is the depth setting in force (apps.memories.openapi).
+NAMESPACE_SCHEMA = {"type": "array", "items": SEGMENT_SCHEMA, "minItems": 1, DEPTH_MARKER: True}
+# A namespace to read or delete (GET, DELETE): up to the setting's ceiling, so that a record written before the
+# setting was lowered stays reachable.
+ADDRESS_NAMESPACE_SCHEMA = {
+    "type": "array",
+    "items": SEGMENT_SCHEMA,
+    "minItems": 1,
+    "maxItems": config.MAX_NAMESPACE_DEPTH,
+}
+
+
+@extend_schema_field(NAMESPACE_SCHEMA)
+class NamespaceField(serializers.ListField):
+    """An ordered list of non-empty strings. A write's (``writes=True``) is at most the configured depth
+    (memory.episodic.namespace.max_depth, which an operator may change at run time); an address to read or delete
+    at most config.MAX_NAMESPACE_DEPTH, the ceiling of that setting, so that records written under a higher setting
+    stay readable and deletable after it is lowered."""
+
+    def __init__(self, *, writes: bool = False, **kwargs: Any) -> None:
         kwargs.setdefault("child", _segment_field())
+        self.writes = writes
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> list[str]:
         if not isinstance(data, list):
             raise serializers.ValidationError("must be an array of strings")
         segments = super().to_internal_value(data)
-        max_depth = config.namespace_max_depth()
+        max_depth = config.namespace_max_depth() if self.writes else config.MAX_NAMESPACE_DEPTH
         if len(segments) > max_depth:
             raise serializers.ValidationError(f"depth must be at most {max_depth}")
         return segments
@@ -95,19 +143,19 @@ class IndexField(serializers.DictField):
         return index
 
 
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": settings.MEMORY_MAX_TTL_SECONDS})
+class TtlSecondsField(StrictIntegerField):
+    """Seconds to live, 0 = no expiry; the maximum (MEMORY_MAX_TTL_SECONDS) is checked by the serializer."""
+
+
 class MemoryWriteSerializer(StrictSerializer):
     """PUT /v1/memories body. Unknown fields are rejected."""
 
-    namespace = NamespaceField(min_length=1)
-    key = StrictCharField(allow_blank=False, trim_whitespace=False)
+    namespace = NamespaceField(writes=True, min_length=1)
+    key = MemoryKeyField()
     value = JsonObjectField()
     index = IndexField(required=False)
-    ttl_seconds = StrictIntegerField(required=False, min_value=0)
-
-    def validate_key(self, key: str) -> str:
-        if len(key.encode()) > MAX_KEY_BYTES:
-            raise serializers.ValidationError(f"must be at most {MAX_KEY_BYTES} bytes")
-        return key
+    ttl_seconds = TtlSecondsField(required=False, min_value=0)
 
     def validate_ttl_seconds(self, ttl: int) -> int:
         if ttl > settings.MEMORY_MAX_TTL_SECONDS:
@@ -116,10 +164,11 @@ class MemoryWriteSerializer(StrictSerializer):
 
 
 class MemoryAddressSerializer(StrictSerializer):
-    """The query of GET and DELETE: ns repeated once per segment, and key. Unknown fields are rejected."""
+    """The query of GET and DELETE: ns repeated once per segment, and key. Unknown fields are rejected. The depth is
+    not capped by the current setting (only writes are): a record stays reachable when the setting is lowered."""
 
     ns = NamespaceField(min_length=1)
-    key = StrictCharField(allow_blank=False, trim_whitespace=False)
+    key = MemoryKeyField()
 
 
 def plainly_valid_address(ns: list[str], key: str | None) -> bool:
@@ -127,23 +176,54 @@ def plainly_valid_address(ns: list[str], key: str | None) -> bool:
 
     The serializer costs 80 us per GET (issue 12) to accept what nearly every request sends; False sends the
     request through it, so every refusal keeps the serializer's error body. Its rules: a key, non-empty; one to
-    the configured depth of segments, each non-empty and at most MAX_SEGMENT_CHARS; no NUL or lone surrogate."""
+    config.MAX_NAMESPACE_DEPTH segments, each non-empty and at most MAX_SEGMENT_CHARS; a key of at most
+    MAX_KEY_BYTES in UTF-8; no NUL or lone surrogate."""
     return (
         bool(key)
         and text_problem(key) is None
-        and 0 < len(ns) <= config.namespace_max_depth()
+        and len(key.encode()) <= MAX_KEY_BYTES
+        and 0 < len(ns) <= config.MAX_NAMESPACE_DEPTH
         and all(_plainly_valid_segment(segment) for segment in ns)
     )
 
 
-@extend_schema_field({"type": "object", "additionalProperties": True, "description": "Attribute filter"})
+# The filter forms apps.memories.filters.parse_filter takes (D4): per attribute, a scalar (equality) or an object of
+# operators. JSON Schema cannot say "an integer within 64 bits" of a free number, nor that a timestamp's date exists.
+_SCALAR = {"anyOf": [{"type": "string", "pattern": NO_NUL_PATTERN}, {"type": "number"}, {"type": "boolean"}], "nullable": True}
+_RANGE_BOUND = {"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time", "pattern": filters.RFC3339.pattern}]}
+FILTER_SCHEMA = {
+    "type": "object",
+    "description": "Attribute filter: per attribute a scalar (equality) or an object of operators: `in` (a non-empty "
+    "array of scalars), `gt`, `gte`, `lt`, `lte` (a number or an RFC 3339 timestamp; several allowed), `eq`; each "
+    f"also with a `$` prefix. All conditions must hold. At most {filters.MAX_ATTRIBUTES} attributes of at most "
+    f"{filters.MAX_OPERATORS} operators each, and {filters.MAX_IN_VALUES} `in` values in all.",
+    "maxProperties": filters.MAX_ATTRIBUTES,
+    "propertyNames": {"minLength": 1, "pattern": NO_NUL_PATTERN},
+    "additionalProperties": {
+        "anyOf": [
+            _SCALAR,
+            {
+                "type": "object",
+                "minProperties": 1,
+                "maxProperties": filters.MAX_OPERATORS,
+                "additionalProperties": False,
+                "properties": {
+                    **{name: _SCALAR for name in ("eq", "$eq")},
+                    **{
+                        name: {"type": "array", "minItems": 1, "maxItems": filters.MAX_IN_VALUES, "items": _SCALAR}
+                        for name in ("in", "$in")
+                    },
+                    **{name: _RANGE_BOUND for op in ("gt", "gte", "lt", "lte") for name in (op, f"${op}")},
+                },
+            },
+        ]
+    },
+}
+
+
+@extend_schema_field(FILTER_SCHEMA)
 class FilterField(serializers.JSONField):
     """Validated by apps.memories.filters (one compiler for both search modes)."""
-
-
-@extend_schema_field({"type": "integer", "minimum": 1, "maximum": 100, "default": 10})
-class SearchLimitField(serializers.JSONField):
-    """Validated by apps.core.pagination.parse_limit, the one place limits are checked."""
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 10000, "default": 0})
@@ -157,7 +237,7 @@ class MemorySearchSerializer(StrictSerializer):
     namespace_prefix = serializers.ListField(child=_segment_field())
     query = StrictCharField(required=False, allow_blank=False, max_length=MAX_QUERY_CHARS)
     filter = FilterField(required=False)
-    limit = SearchLimitField(required=False)
+    limit = body_limit_field("memory_search")(required=False)
     offset = SearchOffsetField(required=False)
 
 
@@ -171,8 +251,9 @@ def plainly_valid_search(data: Any) -> dict | None:
     request sends; None sends the body through it, so every refusal keeps the serializer's error body. Its rules:
     an object of known fields; namespace_prefix a list of non-empty strings of at most MAX_SEGMENT_CHARS; query,
     when present, non-blank text of at most MAX_QUERY_CHARS (the serializer would strip surrounding whitespace:
-    such a query goes through it); filter, limit and offset any non-null JSON (checked later by their own code).
-    No string with NUL or a lone surrogate."""
+    such a query goes through it); limit, when present, a JSON integer (its bounds are checked later, by
+    parse_limit); filter and offset any non-null JSON (checked later by their own code). No string with NUL or a
+    lone surrogate."""
     if type(data) is not dict or not data.keys() <= _SEARCH_FIELDS:
         return None
     prefix = data.get("namespace_prefix")
@@ -191,6 +272,8 @@ def plainly_valid_search(data: Any) -> dict | None:
         ):
             return None
     if any(data.get(name, 0) is None for name in ("filter", "limit", "offset")):
+        return None
+    if type(data.get("limit", 0)) is not int:  # "5" is a string: body types are strict
         return None
     return data
 
@@ -241,4 +324,4 @@ class MemoryEventItem(serializers.Serializer):
 
 class MemoryEventsResponse(serializers.Serializer):
     events = MemoryEventItem(many=True)
-    after_cursor = serializers.CharField(allow_null=True)
+    after_cursor = serializers.CharField(help_text="Never null: pass it back to continue, even after an empty page")

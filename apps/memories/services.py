@@ -28,10 +28,7 @@ logger = logging.getLogger(__name__)
 VALUE_PURPOSE = "memory.value"
 EVENT_VALUE_PURPOSE = "memory_event.value"
 
-# Any constant works; it names the lock that orders event sequence numbers by commit (see _append_events_sql).
-_EVENT_ORDER_LOCK = 0x6D656D6F  # "memo"
-# The class half of the two-int advisory locks that serialise writers per address (see _ADDRESS_LOCK_SQL). The two-int
-# key space never overlaps the single-bigint one _EVENT_ORDER_LOCK lives in.
+# The class half of the two-int advisory locks that serialise writers per address (see _ADDRESS_LOCK_SQL).
 _ADDRESS_LOCK_CLASS = 0x61646472  # "addr"
 
 
@@ -67,11 +64,16 @@ class WriteResult:
 # statements:
 #
 # 1. The per-address advisory lock (_ADDRESS_LOCK_SQL), always first.
-# 2. One statement that closes the active version, inserts the new one (PUT), and appends the events last, under the
-#    event-order lock (_append_events_sql). It reads a fresh snapshot taken after the lock was granted, and the
-#    write's time (_CLOCK) is read there too: a time taken before the query, while another writer of the address
-#    still held the lock, could be earlier than that writer's, and an address's versions would then not follow
-#    each other in time (the version a write supersedes ending before it began).
+# 2. One statement that closes the active version, inserts the new one (PUT), and appends the events
+#    (_append_events_sql). It reads a fresh snapshot taken after the lock was granted, and the write's time (_CLOCK)
+#    is read there too: a time taken before the query, while another writer of the address still held the lock,
+#    could be earlier than that writer's, and an address's versions would then not follow each other in time (the
+#    version a write supersedes ending before it began).
+#
+# No lock is shared by writers of different addresses (nor by the expiry sweep): the event timeline keeps its order
+# without one, by transaction id (models.MemoryEvent, selectors.events_query). A write's transaction id is assigned
+# by its first row change, which comes after the address lock (and after any row lock it waits for), so of two
+# writes of one address the later one always has the larger id: the timeline reads as each address's history.
 #
 # bench/memories.py runs these same statements as its floor.
 
@@ -109,22 +111,14 @@ _CLOSED_EVENTS = (
 )
 
 
-def _append_events_sql(events: str, after: str) -> str:
-    """Insert the rows of ``events`` as the transaction's last writes, in (ordinal, expires_at) order; returns the
-    memory_id and kind of each event.
-
-    The transaction-level event-order lock is taken only once every row of the CTE ``after`` is written (count(*)
-    consumes it; no lock when it wrote nothing) and is held to commit, so events take their sequence numbers (and
-    occurred_at, so it never runs backwards along the sequence) in commit order: a reader paging by seq cannot pass
-    an event that commits later with a smaller number. (The lock's output column is never read, but PostgreSQL keeps
-    subquery outputs that call volatile functions, for their side effects.)
-    """
+def _append_events_sql(events: str) -> str:
+    """Insert the rows of ``events`` in (ordinal, expires_at) order, stamped with this transaction's id (the
+    timeline's order, see models.MemoryEvent); returns the memory_id and kind of each event."""
     return (
-        "INSERT INTO memory_events (id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, attributes) "  # noqa: S608
-        "SELECT e.id, e.memory_id, e.namespace, e.key, e.kind, clock_timestamp(), e.value_ciphertext, e.attributes "
-        "FROM (SELECT pg_advisory_xact_lock(%(event_lock)s) "
-        f"FROM (SELECT count(*) AS written FROM {after}) AS w WHERE w.written > 0) AS event_order "
-        f"CROSS JOIN ({events}) AS e ORDER BY e.ordinal, e.expires_at RETURNING memory_id, kind"
+        "INSERT INTO memory_events (id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, attributes, tx) "  # noqa: S608
+        "SELECT e.id, e.memory_id, e.namespace, e.key, e.kind, clock_timestamp(), e.value_ciphertext, e.attributes, "
+        "pg_current_xact_id()::text::bigint "
+        f"FROM ({events}) AS e ORDER BY e.ordinal, e.expires_at RETURNING memory_id, kind"
     )
 
 
@@ -145,7 +139,6 @@ PUT_SQL = (
         f"{_CLOSED_EVENTS} UNION ALL SELECT 1, %(event_id)s, id, namespace, key, "  # noqa: S608
         "CASE WHEN EXISTS (SELECT FROM closed WHERE state = 'superseded') THEN 'update' ELSE 'add' END, "
         "%(event_value)s, attributes, expires_at FROM version",
-        after="version",
     )
     + ") SELECT appended.memory_id, appended.kind, version.created_at, version.expires_at "
     "FROM appended LEFT JOIN version ON version.id = appended.memory_id"
@@ -153,7 +146,7 @@ PUT_SQL = (
 PUT_STATEMENTS = (_ADDRESS_LOCK_SQL, PUT_SQL)
 DELETE_STATEMENTS = (
     _ADDRESS_LOCK_SQL,
-    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(_CLOSED_EVENTS, "closed"),
+    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(_CLOSED_EVENTS),
 )
 # The expiry sweep, one batch. SKIP LOCKED lets several beat/worker processes sweep at once without double-expiring
 # a row or waiting on each other (nor on a writer holding a row).
@@ -162,7 +155,7 @@ _DUE = _close_sql(
     "ORDER BY expires_at LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)",
     "%(now)s",
 )
-EXPIRE_SQL = f"WITH closed AS ({_DUE}) " + _append_events_sql(_CLOSED_EVENTS, "closed")
+EXPIRE_SQL = f"WITH closed AS ({_DUE}) " + _append_events_sql(_CLOSED_EVENTS)
 
 
 def write_params(namespace: list[str], key: str, closed_state: str) -> dict:
@@ -170,7 +163,6 @@ def write_params(namespace: list[str], key: str, closed_state: str) -> dict:
     return {
         "lock_class": _ADDRESS_LOCK_CLASS,
         "address": json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False),
-        "event_lock": _EVENT_ORDER_LOCK,
         "closed_state": closed_state,
         "namespace": namespace,
         "key": key,
@@ -223,7 +215,12 @@ def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bo
     past its expiry (invisible, not swept yet) records its expiry instead."""
     authorize(principal, "delete", namespace, key)
     rows = run_pipelined(DELETE_STATEMENTS, write_params(namespace, key, MemoryState.DELETED))
-    return any(kind == EventKind.DELETE for _, kind in rows)
+    deleted = any(kind == EventKind.DELETE for _, kind in rows)
+    if deleted:
+        # Search already ignores the deleted version's vectors; removing them soon keeps them from slowing the
+        # HNSW walk (which steps over them) until beat's next run.
+        transaction.on_commit(_enqueue_indexing)
+    return deleted
 
 
 def expire_due_memories(batch_size: int | None = None) -> int:
@@ -239,7 +236,6 @@ def expire_due_memories(batch_size: int | None = None) -> int:
                     "now": timezone.now(),
                     "closed_state": MemoryState.EXPIRED,
                     "batch_size": batch_size,
-                    "event_lock": _EVENT_ORDER_LOCK,
                 },
             )
             expired = len(cursor.fetchall())
@@ -256,7 +252,8 @@ def prune_events(retention_days: int | None = None) -> int:
 
 
 def _enqueue_indexing() -> None:
-    """Ask a worker to embed the new version now (beat's periodic run is the safety net)."""
+    """Ask a worker to run the indexer now: embed a new version, remove a deleted one's vectors (beat's periodic
+    run is the safety net)."""
     from apps.memories.tasks import request_indexing_quietly
 
     request_indexing_quietly()

@@ -11,25 +11,22 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core import errors, pagination
-from apps.core.serializers import error_responses
-from apps.memories import selectors, semantic, serializers, services
+from apps.core.serializers import cursor_parameter, error_responses
+from apps.memories import config, selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
 # Query schemas as strict as the validation behind them (serializers.MemoryAddressSerializer, _segments): the fuzzer
 # holds the server to them in both directions.
-_SEGMENT = {"type": "string", "minLength": 1, "maxLength": serializers.MAX_SEGMENT_CHARS}
-_SEGMENTS = {"type": "array", "items": _SEGMENT}
+_SEGMENTS = {"type": "array", "items": serializers.SEGMENT_SCHEMA}
 _NS_PARAM = OpenApiParameter(
     "ns",
-    {**_SEGMENTS, "minItems": 1},
+    serializers.ADDRESS_NAMESPACE_SCHEMA,
     required=True,
-    description="One per namespace segment, in order (at most the configured namespace depth)",
+    description=f"One per namespace segment, in order (at most {config.MAX_NAMESPACE_DEPTH}, the ceiling of the "
+    "configured namespace depth: records written before the setting was lowered stay reachable)",
 )
 _KEY_PARAM = OpenApiParameter(
-    "key",
-    {"type": "string", "minLength": 1, "maxLength": serializers.MAX_KEY_BYTES},
-    required=True,
-    description=f"At most {serializers.MAX_KEY_BYTES} bytes in UTF-8",
+    "key", serializers.KEY_SCHEMA, required=True, description=serializers.KEY_SCHEMA["description"]
 )
 
 
@@ -199,6 +196,11 @@ def _timestamp_param(request: Request, name: str) -> datetime | None:
         raise errors.validation_error({name: "must be an ISO 8601 timestamp"}) from None
 
 
+# What _kinds_param takes in one value: known kinds, comma-separated, blanks around them and empty items ignored.
+_KIND = "(?:" + "|".join(EventKind.values) + ")"
+_KINDS_PATTERN = rf"^\s*(?:{_KIND}\s*)?(?:,\s*(?:{_KIND}\s*)?)*$"
+
+
 def _kinds_param(request: Request) -> list[str] | None:
     kinds = [kind.strip() for raw in request.query_params.getlist("kinds") for kind in raw.split(",") if kind.strip()]
     unknown = sorted(set(kinds) - set(EventKind.values))
@@ -211,14 +213,21 @@ class MemoryEventsView(APIView):
     @extend_schema(
         tags=["memories"],
         summary="Memory event timeline",
-        description="Events in commit order. `after_cursor` in the response points after the last event returned "
-        "(or echoes the request's when nothing new), so a client can keep polling. Scoped like reads.",
+        description="Events in timeline order: each address's events in the order its writes happened, and an "
+        "event after every event whose write had finished before its own began. `after_cursor` in the response is "
+        "never null: it points after the last event returned, or, on an empty page, at the end of the timeline as "
+        "read, so a client keeps polling with it and never misses an event that commits later (an event becomes "
+        "readable once every write that began before it has finished: milliseconds). Scoped like reads.",
         parameters=[
             OpenApiParameter("ns", _SEGMENTS, description="Namespace prefix, one per segment"),
-            OpenApiParameter("kinds", str, many=True, description="add, update, delete, expired; repeated or comma-separated"),
+            OpenApiParameter(
+                "kinds",
+                {"type": "array", "items": {"type": "string", "pattern": _KINDS_PATTERN}},
+                description="add, update, delete, expired; repeated or comma-separated",
+            ),
             OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
             OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
-            OpenApiParameter("after_cursor", str),
+            cursor_parameter("after_cursor"),
             OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": 200}, description="1..200, default 50"),
         ],
         responses={200: serializers.MemoryEventsResponse, **error_responses(400, 401)},

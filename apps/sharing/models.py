@@ -1,8 +1,9 @@
 """Memberships and pending ownership transfers, both keyed by fork tree (``root_id``, see apps.conversations).
 
-No foreign keys to apps.conversations: the apps never import each other. Rows of a deleted tree are removed by
-the ``conversation_deleting`` signal handler in the same transaction. Table names are fixed: apps.core.access
-reads ``conversation_memberships`` with raw SQL.
+No foreign keys to apps.conversations (it imports only apps.sharing.access). Rows of a deleted tree are removed by
+the ``conversation_deleting`` signal handler in the same transaction; its memberships move to
+``ArchivedMembership``, which only the admin view reads. Table names are fixed: apps.sharing.access reads
+``conversation_memberships`` with raw SQL, in its own queries and in the fragments other apps embed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from apps.core.access import AccessLevel
+from apps.sharing.access import AccessLevel
 
 
 class Membership(models.Model):
@@ -64,3 +65,26 @@ class OwnershipTransfer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_user_id} -> {self.to_user_id} ({self.conversation_id})"
+
+
+class ArchivedMembership(models.Model):
+    """A membership of a deleted fork tree, as it was when the tree was deleted, kept for the admin view (who had
+    access). It grants nothing: no access check reads this table (they read ``conversation_memberships`` only),
+    and a deleted tree never comes back. ``id`` is the membership's own id."""
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    root_id = models.UUIDField()
+    user_id = models.TextField()
+    access_level = models.CharField(max_length=16, choices=[(level.value, level.value) for level in AccessLevel])
+    created_at = models.DateTimeField()
+    archived_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "conversation_memberships_archive"
+        indexes = [
+            # The admin view's page: one tree's members, oldest first.
+            models.Index(fields=["root_id", "created_at", "id"], name="conv_memberships_archive_page"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} was {self.access_level} on {self.root_id}"

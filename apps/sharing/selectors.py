@@ -8,11 +8,12 @@ from uuid import UUID
 
 from django.db.models import Q
 
-from apps.core import access, errors, pagination
-from apps.core.access import AccessLevel
+from apps.core import errors, pagination
 from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
-from apps.sharing.models import Membership, OwnershipTransfer
+from apps.sharing import access
+from apps.sharing.access import AccessLevel
+from apps.sharing.models import ArchivedMembership, Membership, OwnershipTransfer
 
 MEMBERSHIPS_CURSOR = "sharing.memberships"
 TRANSFERS_CURSOR = "sharing.transfers"
@@ -37,21 +38,16 @@ def transfer_response(transfer: OwnershipTransfer) -> dict:
     }
 
 
-def _oldest_first(queryset, tag: str, cursor: str | None, limit: int) -> tuple[list, str | None]:
-    if cursor:
-        position, item_id = pagination.decode_timestamp_cursor(cursor, tag)
-        queryset = queryset.filter(Q(created_at__gt=position) | Q(created_at=position, id__gt=item_id))
-    rows = list(queryset.order_by("created_at", "id")[: limit + 1])
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = pagination.encode_tagged_cursor(tag, rows[-1].created_at, rows[-1].id)
-    return rows, next_cursor
+def _oldest_first(queryset, tag: str, cursor: str | None, limit: int) -> pagination.Page:
+    return pagination.keyset_page(pagination.ModelKeyset(queryset, "created_at"), tag=tag, cursor=cursor, limit=limit)
 
 
-def membership_page(root_id: Any, conversation_id: Any, *, cursor: str | None, limit: int) -> dict:
-    rows, next_cursor = _oldest_first(Membership.objects.filter(root_id=root_id), MEMBERSHIPS_CURSOR, cursor, limit)
-    return pagination.envelope([membership_response(row, conversation_id) for row in rows], next_cursor)
+def membership_page(
+    root_id: Any, conversation_id: Any, *, cursor: str | None, limit: int, archived: bool = False
+) -> dict:
+    model = ArchivedMembership if archived else Membership
+    page = _oldest_first(model.objects.filter(root_id=root_id), MEMBERSHIPS_CURSOR, cursor, limit)
+    return pagination.envelope([membership_response(row, conversation_id) for row in page.items], page.next_cursor)
 
 
 def list_memberships(principal: Principal, conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
@@ -65,10 +61,13 @@ def list_memberships(principal: Principal, conversation_id: UUID, *, cursor: str
 
 
 def admin_list_memberships(conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
+    """The tree's members; for a deleted tree, the members it had when it was deleted (the archive: a deleted tree
+    has no live memberships, a live one no archived ones)."""
     root_id = access.root_of(str(conversation_id))
     if root_id is None:
         raise errors.not_found("Conversation not found.")
-    return membership_page(root_id, conversation_id, cursor=cursor, limit=limit)
+    archived = ArchivedMembership.objects.filter(root_id=root_id).exists()
+    return membership_page(root_id, conversation_id, cursor=cursor, limit=limit, archived=archived)
 
 
 def list_transfers(principal: Principal, *, role: str, cursor: str | None, limit: int) -> dict:
@@ -79,8 +78,8 @@ def list_transfers(principal: Principal, *, role: str, cursor: str | None, limit
         scope = Q(from_user_id=principal.user_id)
     else:
         scope = Q(to_user_id=principal.user_id) | Q(from_user_id=principal.user_id)
-    rows, next_cursor = _oldest_first(OwnershipTransfer.objects.filter(scope), TRANSFERS_CURSOR, cursor, limit)
-    return pagination.envelope([transfer_response(row) for row in rows], next_cursor)
+    page = _oldest_first(OwnershipTransfer.objects.filter(scope), TRANSFERS_CURSOR, cursor, limit)
+    return pagination.envelope([transfer_response(row) for row in page.items], page.next_cursor)
 
 
 def get_transfer(principal: Principal, transfer_id: UUID) -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from apps.core import errors
-from apps.core.access import AccessLevel
 from apps.core.serializers import StrictCharField, StrictChoiceField, StrictSerializer, StrictUUIDField
+from apps.sharing.access import AccessLevel
 
 LEVELS = [level.value for level in AccessLevel]
 MAX_USER_ID_CHARS = 256

@@ -1,10 +1,14 @@
 """Membership and ownership-transfer writes. Each is one transaction that first locks the fork tree's root row
-(apps.core.access.lock_tree / lock_root), so changes to one tree serialise and take locks in one order; the
+(apps.sharing.access.lock_tree / lock_root), so changes to one tree serialise and take locks in one order; the
 invariants themselves (one membership per user and tree, one pending transfer per tree) are unique indexes.
 
 Rules (D6): owner grants anything (owner included: a co-owner; ownerUserId stays); a manager adds, changes and
 removes only writers and readers, and only to writer or reader; the primary owner's membership cannot be lowered
 or removed (400), only a transfer moves it; any member may leave, except the primary owner.
+
+A pending transfer carries its sender's authority, so it lives only as long as that authority: removing a member
+(or their leaving) ends the transfers to and from them, lowering an owner below owner ends the transfers from them,
+and accepting re-checks under the tree lock that the sender still holds owner level.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ import uuid
 from uuid import UUID
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from apps.core import access, errors
-from apps.core.access import AccessLevel, at_least
+from apps.core import errors
 from apps.core.auth.principal import Principal
 from apps.events.publisher import publish
-from apps.sharing import selectors
+from apps.sharing import access, selectors
+from apps.sharing.access import AccessLevel, at_least
 from apps.sharing.models import Membership, OwnershipTransfer
 
 _MANAGEABLE = {AccessLevel.WRITER.value, AccessLevel.READER.value}
@@ -85,6 +90,9 @@ def update_membership(principal: Principal, conversation_id: UUID, *, user_id: s
             )
         if target.access_level != access_level:
             Membership.objects.filter(pk=target.pk).update(access_level=access_level)
+            if target.access_level == AccessLevel.OWNER:
+                # No longer an owner: a transfer they started no longer has an owner behind it.
+                OwnershipTransfer.objects.filter(root_id=root_id, from_user_id=user_id).delete()
             target.access_level = access_level
             _membership_event("updated", conversation_id, user_id, access_level)
     return selectors.membership_response(target, conversation_id)
@@ -105,7 +113,7 @@ def remove_membership(principal: Principal, conversation_id: UUID, *, user_id: s
             )
         # Published before the row goes: recipients are resolved from the memberships.
         _membership_event("deleted", conversation_id, user_id, target.access_level)
-        OwnershipTransfer.objects.filter(root_id=root_id, to_user_id=user_id).delete()
+        OwnershipTransfer.objects.filter(Q(to_user_id=user_id) | Q(from_user_id=user_id), root_id=root_id).delete()
         Membership.objects.filter(pk=target.pk).delete()
 
 
@@ -148,6 +156,12 @@ def create_transfer(principal: Principal, *, conversation_id: UUID, new_owner_us
 
 
 def accept_transfer(principal: Principal, transfer_id: UUID) -> None:
+    """The recipient becomes owner and the primary owner (``ownerUserId``) of the tree; whoever was the primary owner
+    becomes manager (D6), whichever owner sent the transfer (a co-owner who sent it keeps their owner level). The
+    sender must still hold owner level now, under the tree lock: a transfer whose sender lost it is void, deleted
+    and answered 404 like any transfer that no longer exists. (Removing or lowering a member already ends their
+    transfers in the same transaction; this check holds the rule on its own, for rows older than that rule too.)"""
+    void = False
     with transaction.atomic():
         found = OwnershipTransfer.objects.filter(id=transfer_id).values_list("root_id", "to_user_id").first()
         if found is None:
@@ -156,22 +170,38 @@ def accept_transfer(principal: Principal, transfer_id: UUID) -> None:
         if to_user_id != principal.user_id:
             raise errors.forbidden("Only the recipient may accept a transfer.")
         previous_owner = access.lock_root(str(root_id))
-        # Re-read under the tree lock: of concurrent accepts (or an accept racing a cancel) exactly one finds it.
+        # Re-read under the tree lock: of concurrent accepts (or an accept racing a cancel, a removal or a lowering
+        # of the sender) exactly one finds it, and it sees the memberships as that lock left them.
         transfer = OwnershipTransfer.objects.select_for_update().filter(id=transfer_id).first()
         if transfer is None or previous_owner is None:
             raise errors.not_found("Transfer not found.")
-        conversation_id = transfer.conversation_id
-        updated = Membership.objects.filter(root_id=root_id, user_id=to_user_id).update(access_level=AccessLevel.OWNER)
-        if not updated:  # removing a member deletes transfers to them, so this is belt and braces
-            Membership.objects.create(
-                root_id=root_id, user_id=to_user_id, access_level=AccessLevel.OWNER, created_at=timezone.now()
-            )
-        _membership_event("updated", conversation_id, to_user_id, AccessLevel.OWNER)
-        if previous_owner != to_user_id:
-            Membership.objects.filter(root_id=root_id, user_id=previous_owner).update(access_level=AccessLevel.MANAGER)
-            _membership_event("updated", conversation_id, previous_owner, AccessLevel.MANAGER)
-        access.set_tree_owner(str(root_id), to_user_id)
-        transfer.delete()
+        sender_level = (
+            Membership.objects.filter(root_id=root_id, user_id=transfer.from_user_id)
+            .values_list("access_level", flat=True)
+            .first()
+        )
+        if sender_level != AccessLevel.OWNER:
+            transfer.delete()
+            void = True
+        else:
+            _complete_transfer(transfer, previous_owner)
+    if void:
+        raise errors.not_found("Transfer not found: its sender no longer holds owner level.")
+
+
+def _complete_transfer(transfer: OwnershipTransfer, previous_owner: str) -> None:
+    root_id, to_user_id, conversation_id = transfer.root_id, transfer.to_user_id, transfer.conversation_id
+    updated = Membership.objects.filter(root_id=root_id, user_id=to_user_id).update(access_level=AccessLevel.OWNER)
+    if not updated:  # removing a member deletes transfers to them, so this is belt and braces
+        Membership.objects.create(
+            root_id=root_id, user_id=to_user_id, access_level=AccessLevel.OWNER, created_at=timezone.now()
+        )
+    _membership_event("updated", conversation_id, to_user_id, AccessLevel.OWNER)
+    if previous_owner != to_user_id:
+        Membership.objects.filter(root_id=root_id, user_id=previous_owner).update(access_level=AccessLevel.MANAGER)
+        _membership_event("updated", conversation_id, previous_owner, AccessLevel.MANAGER)
+    access.set_tree_owner(str(root_id), to_user_id)
+    transfer.delete()
 
 
 def delete_transfer(principal: Principal, transfer_id: UUID) -> None:
@@ -189,12 +219,20 @@ def delete_transfer(principal: Principal, transfer_id: UUID) -> None:
 
 
 def on_conversation_deleting(*, conversation_ids: list[str], root_id: str, whole_tree: bool, **_: object) -> None:
-    """Same transaction as the delete: a deleted tree keeps no members and no pending transfer; a deleted fork
-    takes the transfers that name it."""
+    """Same transaction as the delete (which holds the tree's root lock): a deleted tree keeps no members and no
+    pending transfer; its memberships move to the archive the admin view reads, where they grant nothing. A
+    deleted fork takes the transfers that name it."""
     if whole_tree:
         for user_id, level in Membership.objects.filter(root_id=root_id).values_list("user_id", "access_level"):
             _membership_event("deleted", UUID(root_id), user_id, level)
         OwnershipTransfer.objects.filter(root_id=root_id).delete()
-        Membership.objects.filter(root_id=root_id).delete()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "WITH gone AS (DELETE FROM conversation_memberships WHERE root_id = %s "
+                "RETURNING id, root_id, user_id, access_level, created_at) "
+                "INSERT INTO conversation_memberships_archive (id, root_id, user_id, access_level, created_at, "
+                "archived_at) SELECT id, root_id, user_id, access_level, created_at, clock_timestamp() FROM gone",
+                [root_id],
+            )
     else:
         OwnershipTransfer.objects.filter(conversation_id__in=conversation_ids).delete()

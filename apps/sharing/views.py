@@ -12,7 +12,14 @@ from rest_framework.response import Response
 
 from apps.core import audit, errors, pagination
 from apps.core.openapi import EnvelopeAutoSchema
-from apps.core.serializers import NO_NUL_PATTERN, error_responses, limit_parameter, path_text, path_uuid
+from apps.core.serializers import (
+    NO_NUL_PATTERN,
+    cursor_parameter,
+    error_responses,
+    limit_parameter,
+    path_text,
+    path_uuid,
+)
 from apps.sharing import selectors, serializers, services
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -22,7 +29,7 @@ USER_ID = OpenApiParameter(
     OpenApiParameter.PATH,
 )
 TRANSFER_ID = OpenApiParameter("transferId", OpenApiTypes.UUID, OpenApiParameter.PATH)
-AFTER_CURSOR = OpenApiParameter("afterCursor", str, description="The previous page's afterCursor")
+AFTER_CURSOR = cursor_parameter()
 
 
 def _validated(serializer_class, data) -> dict:
@@ -77,7 +84,8 @@ class MembershipViewSet(viewsets.ViewSet):
         tags=["memberships"],
         summary="Change a member's level",
         description="A manager may change only writers and readers, only to writer or reader (else 403). The "
-        "primary owner's level cannot be lowered (400).",
+        "primary owner's level cannot be lowered (400). Lowering an owner below owner ends (deletes) the pending "
+        "transfer they started.",
         parameters=[CONVERSATION_ID, USER_ID],
         request=serializers.MembershipUpdateSerializer,
         responses={200: serializers.MembershipResponse, **error_responses(400, 401, 403, 404)},
@@ -95,7 +103,7 @@ class MembershipViewSet(viewsets.ViewSet):
         summary="Remove a member (or leave)",
         description="Owners remove anyone, managers only writers and readers (else 403); any member may remove "
         "their own membership. The primary owner's membership cannot be removed (400). Pending transfers to "
-        "the removed user are deleted.",
+        "and from the removed user are deleted.",
         parameters=[CONVERSATION_ID, USER_ID],
         responses={204: None, **error_responses(400, 401, 403, 404)},
     )
@@ -111,7 +119,8 @@ class AdminMembershipViewSet(viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's members",
-        description="Auditor or admin role; audit-logged.",
+        description="Auditor or admin role; audit-logged. For a deleted conversation: the members its fork tree had "
+        "when it was deleted (kept for this view only; they grant no access and users see none of them).",
         parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_memberships")],
         responses={200: serializers.MembershipPage, **error_responses(400, 401, 403, 404)},
     )
@@ -159,8 +168,10 @@ class OwnershipTransferViewSet(viewsets.ViewSet):
     @extend_schema(
         tags=["ownership-transfers"],
         summary="Start an ownership transfer",
-        description="Owner level required (403). The recipient must be another member (400). One pending transfer "
-        "per conversation tree: a second is 409 with details.existingTransferId.",
+        description="Owner level required (403): the primary owner or a co-owner. The recipient must be another "
+        "member (400). One pending transfer per conversation tree: a second is 409 with details.existingTransferId. "
+        "The transfer lives only while its sender holds owner level: removing the sender (or their leaving) or "
+        "lowering them below owner deletes it.",
         request=serializers.TransferCreateSerializer,
         responses={201: serializers.TransferResponse, **error_responses(400, 401, 403, 404, 409)},
     )
@@ -194,8 +205,11 @@ class OwnershipTransferViewSet(viewsets.ViewSet):
     @extend_schema(
         tags=["ownership-transfers"],
         summary="Accept a transfer",
-        description="Recipient only (403 for others). The recipient becomes owner and ownerUserId, the previous "
-        "owner becomes manager, and the transfer is gone (404 afterwards).",
+        description="Recipient only (403 for others). The sender must still hold owner level, checked at accept "
+        "(a transfer whose sender was removed or lowered is gone: 404). The recipient becomes owner and "
+        "ownerUserId (the primary owner); the previous primary owner (the previous ownerUserId) becomes manager, "
+        "whichever owner sent the transfer: a co-owner's transfer hands over primary ownership too, and the "
+        "co-owner keeps their own owner level. No other membership changes. The transfer is gone (404 afterwards).",
         parameters=[TRANSFER_ID],
         request=None,
         responses={204: None, **error_responses(400, 401, 403, 404)},

@@ -108,6 +108,12 @@ WHITENOISE_USE_FINDERS = True  # serve admin and /docs assets without a collects
 # Largest JSON body accepted by any endpoint; a memory value may be 1 MiB serialized plus its index text.
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
+# How long the web server waits for a request's headers (from the connection's opening or the request's first byte)
+# and then for its body, before answering 408 and closing (config.http_server); and the most header bytes it takes
+# (431 beyond). The body deadline is for the whole body: a 10 MiB upload needs about 175 KB/s at the default.
+REQUEST_HEADER_TIMEOUT_SECONDS = float(env_str("REQUEST_HEADER_TIMEOUT_SECONDS", "10"))
+REQUEST_BODY_TIMEOUT_SECONDS = float(env_str("REQUEST_BODY_TIMEOUT_SECONDS", "60"))
+REQUEST_MAX_HEADER_BYTES = env_int("REQUEST_MAX_HEADER_BYTES", 64 * 1024)
 # Deepest nesting of arrays/objects in any JSON body, the body itself being level 1 (apps.core.parsers). Checked on
 # the raw text before decoding, because decoding and everything after it recurse per level. 64 is twice what a
 # memory value may use (32 levels under `value`, for the policies) and far beyond any realistic document.
@@ -121,7 +127,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["apps.core.parsers.JSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "apps.core.negotiation.ContentNegotiation",
     "EXCEPTION_HANDLER": "apps.core.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "apps.core.openapi.ServiceAutoSchema",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
 }
@@ -150,13 +156,20 @@ SPECTACULAR_SETTINGS = {
     "SECURITY": [{"bearerAuth": []}, {"bearerAuth": [], "apiKey": []}],
     "AUTHENTICATION_WHITELIST": [],
     # Every error the shared layers raise is documented with D1's body; tests/fuzz holds the schema to it.
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "apps.core.schema_honesty.postprocess_schema"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.core.schema_honesty.postprocess_schema",
+        "apps.memories.openapi.namespace_depth_hook",
+    ],
 }
 
 # --- Identity (D2) ----------------------------------------------------------------------------------------------
 OIDC_ISSUER_URL = env_str("OIDC_ISSUER_URL", "")
 OIDC_JWKS_URL = env_str("OIDC_JWKS_URL", "")
 OIDC_AUDIENCE = env_list("OIDC_AUDIENCE", [])
+# Off only where the issuer's tokens are all meant for this service: then any token it signs is accepted, whatever
+# application it was minted for. Production refuses to start with it on and no OIDC_AUDIENCE.
+OIDC_AUDIENCE_CHECK = env_bool("OIDC_AUDIENCE_CHECK", True)
 OIDC_ALGORITHMS = env_list("OIDC_ALGORITHMS", ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384"])
 OIDC_USER_ID_CLAIMS = env_list("OIDC_USER_ID_CLAIMS", ["preferred_username", "upn", "sub"])
 OIDC_ROLE_CLAIMS = env_list("OIDC_ROLE_CLAIMS", ["roles", "realm_access.roles", "resource_access.*.roles", "groups"])

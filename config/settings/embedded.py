@@ -13,11 +13,15 @@ from config import embedded_services
 from config.env import database_from_url, env_bool, env_str
 
 from .base import *  # noqa: F403
-from .base import DATA_DIR, DB_CONN_MAX_AGE
+from .base import DATA_DIR, DB_CONN_MAX_AGE, DEV_IDP_AUDIENCE, OIDC_AUDIENCE, OIDC_ISSUER_URL
 
 # Off like production (README): DEBUG keeps every SQL statement per connection in memory and wraps each cursor.
 DEBUG = env_bool("DEBUG", False)
 DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", True)
+if DEV_IDP_ENABLED and not OIDC_ISSUER_URL and not OIDC_AUDIENCE:
+    # The dev IdP is the issuer (apps.core.auth.tokens.trusted_issuer): check its tokens' audience as production
+    # checks a real IdP's, so a token for another audience is refused here too.
+    OIDC_AUDIENCE = [DEV_IDP_AUDIENCE]
 
 
 def _local_secret(name: str) -> str:

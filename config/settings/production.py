@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import database_from_url, env_bool, env_str
 
 from .base import *  # noqa: F403
-from .base import DB_CONN_MAX_AGE, DEV_IDP_ALLOW_IN_PRODUCTION
+from .base import DB_CONN_MAX_AGE, DEV_IDP_ALLOW_IN_PRODUCTION, OIDC_AUDIENCE, OIDC_AUDIENCE_CHECK
 
 DEBUG = env_bool("DEBUG", False)
 DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", False)
@@ -24,6 +24,14 @@ if DEV_IDP_ENABLED and not DEBUG and not DEV_IDP_ALLOW_IN_PRODUCTION:
     raise ImproperlyConfigured(
         "DEV_IDP_ENABLED is on while DEBUG is off: the development identity provider issues tokens for anyone. "
         "Turn it off, or set DEV_IDP_ALLOW_IN_PRODUCTION=true if you really mean it."
+    )
+
+if OIDC_AUDIENCE_CHECK and not OIDC_AUDIENCE:
+    raise ImproperlyConfigured(
+        "OIDC_AUDIENCE must be set in production: without it a token the issuer minted for any other application "
+        "is accepted here. Set it to this service's audience (the client id or API identifier the IdP puts in "
+        "'aud'; a comma list for several), or set OIDC_AUDIENCE_CHECK=false if every token of the issuer is "
+        "meant for this service."
     )
 
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -213,6 +213,22 @@ def test_etag_and_if_none_match(client_for):
 
 
 @pytest.mark.django_db
+def test_a_304_repeats_the_200s_cache_control_and_etag(client_for):
+    """RFC 9110 15.4.5 (D10): a 304 carries the Cache-Control and ETag the 200 would have, for the download and
+    for the signed link alike."""
+    bob = client_for("bob")
+    meta = upload_ok(bob, b"cache me")
+    signed = bob.get(f"{meta['href']}/download-url").json()["url"]
+    for url, client in ((meta["href"], bob), (signed, APIClient())):
+        full = client.get(url)
+        assert full.status_code == 200
+        not_modified = client.get(url, HTTP_IF_NONE_MATCH=full["ETag"])
+        assert not_modified.status_code == 304
+        assert not_modified["Cache-Control"] == full["Cache-Control"] == "private, no-cache"
+        assert not_modified["ETag"] == full["ETag"]
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("content_type", "disposition"),
     [
@@ -306,18 +322,17 @@ def test_bad_expires_in(client_for, attachment_dir, expires_in):
 
 
 @pytest.mark.django_db
-def test_only_the_uploader_and_admins(client_for, mint_token):
+def test_only_the_uploader_reads_and_the_uploader_or_an_admin_deletes(client_for, mint_token):
     bob, charlie, alice = client_for("bob"), client_for("charlie"), client_for("alice")
     meta = upload_ok(bob, b"bob's")
-    for client in (charlie,):
+    auditor = client_for("audrey", roles=("user", "auditor"))
+    for client in (charlie, alice, auditor):  # admins read through /v1/admin/attachments/{id} (audit-logged)
         assert_error(client.get(meta["href"]), 403, "forbidden")
         assert_error(client.get(f"{meta['href']}/download-url"), 403, "forbidden")
+    for client in (charlie, auditor):  # auditors only read
         assert_error(client.delete(meta["href"]), 403, "forbidden")
     assert_error(APIClient().get(meta["href"]), 401, "unauthenticated")
-    assert body_of(alice.get(meta["href"])) == b"bob's"  # admin
-    auditor = client_for("audrey", roles=("user", "auditor"))
-    assert body_of(auditor.get(meta["href"])) == b"bob's"
-    assert_error(auditor.delete(meta["href"]), 403, "forbidden")  # auditors only read
+    assert body_of(bob.get(meta["href"])) == b"bob's"
     assert alice.delete(meta["href"]).status_code == 204
     assert_error(bob.get(meta["href"]), 404, "not_found")
 
@@ -591,6 +606,49 @@ def test_one_entry_may_reference_several_and_twice(client_for):
     )
     assert response.status_code == 201, response.content
     assert AttachmentLink.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_an_items_attachments_array_links_like_attachment_id(client_for, attachment_dir):
+    """D10: ``attachments: [{"attachmentId": ...}]`` (the upstream clients' shape) links each referenced file exactly
+    as an item's ``attachmentId`` does: readable by the conversation's readers, never expiring; an external
+    reference without an id (``href``) is kept as sent and links nothing."""
+    bob, charlie = client_for("bob"), client_for("charlie")
+    first, second = upload_ok(bob, b"first file"), upload_ok(bob, b"second file")
+    conversation_id = str(uuid.uuid4())
+    item = {
+        "role": "AI",
+        "text": "two files",
+        "attachments": [
+            {"attachmentId": first["id"], "name": "first.txt", "contentType": "text/plain"},
+            {"href": "https://example.com/cat.png", "contentType": "image/png"},
+            {"attachmentId": second["id"]},
+        ],
+    }
+    response = _append(bob, conversation_id, item)
+    assert response.status_code == 201, response.content
+    assert response.json()["content"] == [item]
+    linked = set(AttachmentLink.objects.filter(conversation_id=conversation_id).values_list("attachment_id", flat=True))
+    assert {str(value) for value in linked} == {first["id"], second["id"]}
+    grant = {"userId": "charlie", "accessLevel": "reader"}
+    assert bob.post(f"/v1/conversations/{conversation_id}/memberships", grant, format="json").status_code == 201
+    assert body_of(charlie.get(first["href"])) == b"first file"
+    assert body_of(charlie.get(second["href"])) == b"second file"
+    Attachment.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert remove_expired_attachments() == 0
+    assert len(blobs(attachment_dir)) == 2
+
+
+@pytest.mark.django_db
+def test_an_attachments_array_obeys_the_linking_rules(client_for):
+    bob, charlie = client_for("bob"), client_for("charlie")
+    meta = upload_ok(bob, b"bob's")
+    conversation_id = str(uuid.uuid4())
+    stolen = {"role": "USER", "attachments": [{"attachmentId": meta["id"]}]}
+    assert_error(_append(charlie, conversation_id, stolen), 403, "forbidden")
+    unknown = {"role": "USER", "attachments": [{"attachmentId": str(uuid.uuid4())}]}
+    assert_error(_append(bob, conversation_id, unknown), 400, "validation_error")
+    assert not AttachmentLink.objects.exists()
 
 
 # --- OpenAPI ----------------------------------------------------------------------------------------------------

@@ -83,16 +83,19 @@ def test_concurrent_deletes_and_downloads_of_one_attachment(client_for, attachme
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_links_and_delete(client_for, attachment_dir):
-    """32 clients: most reference the attachment in new entries while others delete it. Every append either links
-    a live attachment (201) or finds it gone (400); no link survives to a deleted attachment."""
+@pytest.mark.parametrize("shape", ["attachmentId", "attachments"])
+def test_concurrent_links_and_delete(client_for, attachment_dir, shape):
+    """32 clients: most reference the attachment in new entries (by an item's ``attachmentId`` or its
+    ``attachments`` array, D10) while others delete it. Every append either links a live attachment (201) or finds
+    it gone (400); no link survives to a deleted attachment."""
     meta = upload_ok(client_for("bob"), b"contended")
+    reference = {"attachmentId": meta["id"]} if shape == "attachmentId" else {"attachments": [{"attachmentId": meta["id"]}]}
 
     def work(index: int) -> int:
         client = client_for("bob")
         if index % 8 == 7:
             return client.delete(meta["href"]).status_code
-        body = {"content": [{"role": "USER", "text": f"m{index}", "attachmentId": meta["id"]}]}
+        body = {"content": [{"role": "USER", "text": f"m{index}", **reference}]}
         return client.post(f"/v1/conversations/{uuid.uuid4()}/entries", body, format="json").status_code
 
     statuses = run_concurrently(32, work)

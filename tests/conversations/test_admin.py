@@ -112,6 +112,36 @@ def test_admin_memberships_and_forks(staff, shared: Shared) -> None:
     assert _ids(forks, "conversationId") == [shared.id, fork]
 
 
+def test_admin_memberships_of_a_deleted_conversation_show_who_had_access(staff, shared: Shared) -> None:
+    """Issue 21 item 3: the members a tree had when it was deleted stay visible to the admin view (the conversation
+    itself and any fork of it), and grant nothing: every former member is refused and lists none of it."""
+    fork = append_ok(shared[WRITER], new_id(), "fork", forkedAtConversationId=shared.id,
+                     forkedAtEntryId=shared.entries[1]["id"])["conversationId"]
+    before = all_pages(staff, f"{ADMIN}/{shared.id}/memberships", key=lambda m: m["userId"])
+    assert shared[OWNER].delete(conv_path(shared.id)).status_code == 204
+    for conversation_id in (shared.id, fork):
+        after = all_pages(staff, f"{ADMIN}/{conversation_id}/memberships", key=lambda m: m["userId"], limit=2)
+        assert [(m["userId"], m["accessLevel"], m["createdAt"]) for m in after] == [
+            (m["userId"], m["accessLevel"], m["createdAt"]) for m in before]
+        assert {m["conversationId"] for m in after} == {conversation_id}
+    assert sql("SELECT count(*) FROM conversation_memberships WHERE root_id = %s", [shared.id]) == [(0,)]
+    for actor in (OWNER, "mandy", WRITER, READER):
+        client = shared[actor]
+        for conversation_id in (shared.id, fork):
+            assert_error(client.get(conv_path(conversation_id)), 404, "not_found")
+            assert_error(client.get(conv_path(conversation_id, "entries")), 404, "not_found")
+            assert_error(client.get(conv_path(conversation_id, "memberships")), 404, "not_found")
+            assert_error(client.get(conv_path(conversation_id, "forks")), 404, "not_found")
+        assert_error(client.post(conv_path(shared.id, "memberships"), {"userId": "nico", "accessLevel": "reader"},
+                                 format="json"), 404, "not_found")
+        assert_error(client.post(conv_path(shared.id, "entries"), {"content": [{"role": "USER", "text": "x"}]},
+                                 format="json"), 404, "not_found")
+        for mode in ("all", "roots", "latest-fork"):
+            assert client.get(url("/v1/conversations", mode=mode)).json()["data"] == []
+        response = client.post("/v1/conversations/search", {"query": "words"}, format="json")
+        assert response.status_code == 200 and response.json()["data"] == []
+
+
 @pytest.mark.parametrize(
     ("path", "action_part"),
     [("", "list"), ("/{id}", "get"), ("/{id}/entries", "entries"), ("/{id}/memberships", "memberships"),

@@ -155,6 +155,29 @@ def test_32_appends_to_the_same_new_id_create_one_conversation(http) -> None:
     assert body["title"].startswith("hello from ")
 
 
+def test_32_context_and_history_appends_to_one_new_id_never_title_it_from_private_text(http) -> None:
+    """Issue 21 item 2: whichever append creates the conversation, its title is never context text (a context
+    append that wins creates it untitled), and no context entry gets index text."""
+    from tests.conftest import TEST_API_KEY
+
+    conversation_id = new_id()
+    calls = []
+    for i in range(CLIENTS):
+        client = http("olivia", api_key=TEST_API_KEY)
+        if i % 2:
+            body = {"channel": "context", "content": [{"text": f"private {i}"}]}
+        else:
+            body = {"content": history(f"hello from {i}")}
+        calls.append(lambda c=client, b=body: c.post(conv_path(conversation_id, "entries"), b))
+    responses = run_concurrently(calls)
+    assert_no_5xx(responses)
+    assert statuses(responses) == [201] * CLIENTS
+    (title,) = sql("SELECT title FROM conversations WHERE id = %s", [conversation_id])[0]
+    assert title == "" or title.startswith("hello from "), title
+    assert count("conversation_entries", "conversation_id = %s AND channel = 'context' "
+                 "AND (indexed_content IS NOT NULL OR embedding_pending)", [conversation_id]) == 0
+
+
 def test_32_users_racing_to_create_the_same_new_id_one_owns_it_the_others_are_refused(http) -> None:
     conversation_id = new_id()
     users = [f"racer{i}" for i in range(CLIENTS)]

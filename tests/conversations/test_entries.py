@@ -3,6 +3,7 @@ channel that only the API-key client who wrote it can see."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -61,6 +62,51 @@ def test_history_item_with_a_malformed_attachment_id_is_400(shared: Shared) -> N
     response = shared[OWNER].post(conv_path(shared.id, "entries"),
                                   {"content": [{"role": "USER", "attachmentId": "not-a-uuid"}]}, format="json")
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize("content_type", ["history/vercelai", "history/lc4j", "history"])
+def test_history_items_are_client_data_returned_exactly_as_sent(shared: Shared, content_type: str) -> None:
+    """D10: every field a client puts in a history item is stored and returned as sent (only ``role`` is
+    required), under ``history`` or a ``history/<flavour>`` content type."""
+    content = [
+        {"role": "USER", "text": "What's the weather?", "type": "message", "attachments": [
+            {"href": "https://example.com/map.png", "contentType": "image/png", "name": "map"}]},
+        {"role": "AI", "events": [
+            {"eventType": "BeforeToolExecution", "toolName": "weather", "input": {"city": "Lisbon", "days": 2}},
+            {"eventType": "PartialResponse", "chunk": "Sunny, "},
+            {"type": "text-delta", "delta": "22 °C", "nested": [1, 2.5, None, True, {"deep": ["x"]}]},
+        ]},
+        {"role": "AI", "text": "Sunny, 22 °C", "metadata": {"model": "fake", "tokens": 12}},
+    ]
+    response = shared[WRITER].post(
+        conv_path(shared.id, "entries"), {"contentType": content_type, "content": content}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    entry = response.json()
+    assert (entry["channel"], entry["contentType"], entry["content"]) == ("history", content_type, content)
+    assert _entries(shared[READER], shared.id)[-1] == entry
+
+
+def test_openapi_says_history_items_are_client_data(api) -> None:
+    schema = api.get("/openapi.json").json()
+    history = next(
+        shape for shape in schema["components"]["schemas"]["EntryAppendRequest"]["oneOf"]
+        if shape["title"] == "HistoryEntryAppend"
+    )
+    item = history["properties"]["content"]["items"]
+    assert item["required"] == ["role"] and item["additionalProperties"] is True
+    assert item["properties"]["attachments"]["items"]["properties"]["attachmentId"]["format"] == "uuid"
+    pattern = re.compile(history["properties"]["contentType"]["pattern"])
+    assert all(pattern.search(value) for value in ("history", "history/vercelai", "history/lc4j"))
+    assert not any(pattern.search(value) for value in ("historyx", "history/", "history/a b", "text/plain"))
+
+
+def test_a_conversation_created_by_a_rich_item_is_titled_from_its_text(actor_client) -> None:
+    owner = actor_client(OWNER)
+    conversation_id = new_id()
+    content = [{"role": "AI", "events": [{"chunk": "no text here"}]}, {"role": "AI", "text": "the title"}]
+    assert owner.post(conv_path(conversation_id, "entries"), {"content": content}, format="json").status_code == 201
+    assert owner.get(conv_path(conversation_id)).json()["title"] == "the title"
 
 
 def test_entries_list_oldest_first_with_every_field(shared: Shared) -> None:

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import pytest
 from django.utils import timezone
 
+from apps.attachments.selectors import ADMIN_CURSOR as ATTACHMENTS_CURSOR
 from apps.core.pagination import encode_cursor
+from apps.memories.selectors import EVENTS_CURSOR
 from tests.conversations.support import (
     ADMIN,
     ADMIN_USER,
@@ -197,8 +199,9 @@ def cursors(light: dict, actor_client) -> dict[str, str]:
         "forks": _cursor_of(owner, conv_path(light["big"], "forks"), 2),
         "transfers": _cursor_of(owner, TRANSFERS, 2),
         "admin conversations": _cursor_of(admin, ADMIN, 2),
-        # What the memory events list hands out: an untagged (timestamp, id) keyset cursor.
-        "memory events": encode_cursor(timezone.now(), uuid.uuid4()),
+        # What the memory events and admin attachment lists hand out.
+        "memory events": encode_cursor(EVENTS_CURSOR, 1, uuid.uuid4()),
+        "admin attachments": encode_cursor(ATTACHMENTS_CURSOR, timezone.now(), uuid.uuid4()),
     }
 
 

@@ -113,21 +113,6 @@ def test_best_hit_per_conversation(bob):
     assert body["data"][0]["entryId"] == best["id"]
 
 
-def test_context_entries_are_not_searched(client_for):
-    from tests.conftest import TEST_API_KEY
-
-    bob_client = client_for("bob", api_key=TEST_API_KEY)
-    cid = new_id()
-    append_ok(bob_client, cid, "history words")
-    response = bob_client.post(
-        conv_path(cid, "entries"),
-        {"channel": "context", "content": [{"secret": 1}], "indexedContent": "zanzibar private context"},
-        format="json",
-    )
-    assert response.status_code == 201, response.content
-    assert search(bob_client, "zanzibar", searchType="fulltext")["data"] == []
-
-
 # --- Access ---------------------------------------------------------------------------------------------------------
 
 

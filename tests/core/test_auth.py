@@ -7,6 +7,8 @@ import hashlib
 import hmac
 import io
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -18,6 +20,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
@@ -26,7 +29,7 @@ from apps.core.auth import api_keys, tokens
 from apps.core.auth.dev_idp import keys as dev_keys
 from apps.core.auth.principal import Principal
 from apps.core.models import ApiKey
-from tests.conftest import TEST_API_CLIENT, TEST_API_KEY
+from tests.conftest import TEST_API_CLIENT, TEST_API_KEY, service_env
 from tests.local_http import LocalHTTPServer
 
 CHALLENGE = 'Bearer realm="memory-service"'
@@ -187,6 +190,43 @@ def test_missing_audience_is_401_when_audience_is_configured(api, mint_token):
 
 
 @pytest.mark.django_db
+def test_dev_idp_tokens_for_another_audience_are_401_by_default(api, mint_token):
+    """Item 21.4: with the dev IdP as issuer, its audience is checked without any OIDC_AUDIENCE setting."""
+    assert bearer(api, mint_token("bob")).status_code == 200
+    assert_401(bearer(api, mint_token("bob", claims={"aud": "another-app"})), "The access token is not meant for this service.")
+    assert_401(bearer(api, mint_token("bob", drop=["aud"])), "The access token is not meant for this service.")
+
+
+@pytest.mark.django_db
+@override_settings(OIDC_AUDIENCE=["memory-service"], OIDC_AUDIENCE_CHECK=False)
+def test_audience_check_can_be_turned_off(api, mint_token):
+    assert bearer(api, mint_token("bob", claims={"aud": "another-app"})).status_code == 200
+
+
+def _import_production_settings(**env: str) -> subprocess.CompletedProcess:
+    """A fresh interpreter importing the production settings with only ``env`` (plus the essentials) set."""
+    essentials = {
+        "DATABASE_URL": "postgresql://user@db.invalid/memory",
+        "REDIS_URL": "redis://redis.invalid:6379/0",
+        "SECRET_KEY": "s" * 50,
+        "MEMORY_ENCRYPTION_KEYS": "k1:" + base64.b64encode(b"k" * 32).decode(),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", "import config.settings.production"],
+        env=service_env(**{**essentials, **env}), cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_production_refuses_to_start_without_an_audience():
+    refused = _import_production_settings(OIDC_ISSUER_URL="https://idp.example/realms/x")
+    assert refused.returncode != 0
+    assert "ImproperlyConfigured: OIDC_AUDIENCE must be set in production" in refused.stderr
+    assert "OIDC_AUDIENCE_CHECK=false" in refused.stderr
+    assert _import_production_settings(OIDC_AUDIENCE="memory-service").returncode == 0
+    assert _import_production_settings(OIDC_AUDIENCE_CHECK="false").returncode == 0
+
+
+@pytest.mark.django_db
 def test_alg_none_is_401(api):
     claims = jwt.decode(_dev_token(), options={"verify_signature": False})
     for alg in ("none", "None", "NONE"):
@@ -264,9 +304,20 @@ def test_api_key_is_seeded_by_migrate():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("key", ["wrong-key", "", TEST_API_KEY + "x", TEST_API_KEY[:-1], "k" * 600])
+@pytest.mark.parametrize("key", ["wrong-key", TEST_API_KEY + "x", TEST_API_KEY[:-1], "k" * 600, " x "])
 def test_unknown_api_key_is_401(client_for, key):
-    assert_401(client_for("bob", api_key=key).get("/v1/me"), None if key == "" else "The API key is not valid.")
+    assert_401(client_for("bob", api_key=key).get("/v1/me"), "The API key is not valid.")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", ["", " ", "\t "])
+def test_an_empty_or_blank_api_key_is_no_api_key(client_for, api, key):
+    """D10: the upstream project's clients send ``X-API-Key`` empty when no key is configured."""
+    response = client_for("bob", api_key=key).get("/v1/me")
+    assert response.status_code == 200, response.content
+    assert response.json()["clientId"] is None
+    # Still no credential at all without a token.
+    assert_401(api.get("/v1/me", HTTP_X_API_KEY=key))
 
 
 @pytest.mark.django_db

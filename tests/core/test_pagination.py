@@ -1,66 +1,189 @@
-"""D3: the keyset paginator, over real rows in the embedded PostgreSQL."""
+"""D3: the cursor codec and the keyset pager (both of its row sources), over real rows in the embedded PostgreSQL.
+Every list endpoint's answer to hostile cursors is tested through HTTP in tests/core/test_cursors.py."""
+
+import base64
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 
 from apps.core import errors, pagination
+from apps.sharing.models import Membership
 
 pytestmark = pytest.mark.django_db
 
+TAG = "test.list"
+ROOT = uuid.uuid4()
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def assert_malformed(cursor: str, *, tag: str = TAG, kind: type = datetime, field: str = "afterCursor") -> None:
+    with pytest.raises(errors.ApiError) as raised:
+        pagination.decode_cursor(cursor, tag, kind, field)
+    assert raised.value.status == 400
+    assert raised.value.details == {"fields": {field: "malformed cursor"}}
+
+
+# --- The codec ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("position", "kind"),
+    [(START + timedelta(microseconds=7), datetime), (0.123456789, float), (3, float), (2**62, int), (-1, int)],
+)
+def test_cursor_round_trip(position, kind) -> None:
+    item_id = uuid.uuid4()
+    cursor = pagination.encode_cursor(TAG, position, item_id)
+    assert pagination.decode_cursor(cursor, TAG, kind) == (position, item_id)
+    assert str(item_id) not in cursor and "=" not in cursor  # opaque, not a bare id; unpadded base64url
+
+
+def test_the_longest_cursor_the_service_makes_is_within_the_bound() -> None:
+    longest_tag = "search.admin.semantic." + "f" * 16  # apps.conversations.search.cursor_tag
+    for position in (-1.2345678901234567e-300, datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), -(2**63)):
+        assert len(pagination.encode_cursor(longest_tag, position, uuid.uuid4())) <= pagination.MAX_CURSOR_CHARS
+    with pytest.raises(ValueError):
+        pagination.encode_cursor("x" * pagination.MAX_CURSOR_CHARS, 1, uuid.uuid4())
+
+
+def test_cursor_of_another_list_is_400() -> None:
+    cursor = pagination.encode_cursor("another.list", START, uuid.uuid4())
+    assert_malformed(cursor)
+    assert_malformed(cursor, field="after_cursor")
+
+
+def test_over_long_cursor_is_refused_before_it_is_decoded() -> None:
+    """One of ours in every respect but its length (JSON whitespace), so only the length bound refuses it."""
+    padded = '["2026-01-01T00:00:00+00:00",' + " " * 300 + f'"{uuid.uuid4()}","{TAG}"]'
+    cursor = b64(padded.encode())
+    assert len(cursor) > pagination.MAX_CURSOR_CHARS
+    assert_malformed(cursor)
+    assert pagination.decode_cursor(b64(padded.replace(" " * 300, " ").encode()), TAG)[0] == START
+
+
+def test_nested_cursor_is_refused_before_it_is_decoded(monkeypatch) -> None:
+    """Within the length bound, so the depth bound refuses it: the JSON decoder never sees it."""
+    monkeypatch.setattr(json, "loads", lambda *args, **kwargs: pytest.fail("nested JSON reached the decoder"))
+    cursor = b64(b"[" * 60 + b"1" + b"]" * 60)
+    assert len(cursor) <= pagination.MAX_CURSOR_CHARS
+    assert_malformed(cursor)
+    assert_malformed(b64(f'[{{"a": 1}}, "{uuid.uuid4()}", "{TAG}"]'.encode()))
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "",
+        "!!!",
+        "abc+/def",  # base64, not base64url
+        "WyJ4Il0=",  # padded
+        "AAAAA",  # no base64 text has this length
+        "Wy\u00e9Il0",
+        "Wy\x00Il0",
+        b64(b'["\xff\xfe", "x", "test.list"]'),  # not UTF-8
+        b64(b"not json"),
+        b64(b'{"a": 1}'),
+        b64(json.dumps(["2026-01-01T00:00:00+00:00", str(uuid.uuid4())]).encode()),  # untagged (the old format)
+        b64(json.dumps(["2026-01-01T00:00:00", str(uuid.uuid4()), TAG]).encode()),  # no zone
+        b64(json.dumps(["yesterday", str(uuid.uuid4()), TAG]).encode()),
+        b64(json.dumps([1700000000, str(uuid.uuid4()), TAG]).encode()),
+        b64(json.dumps(["2026-01-01T00:00:00+00:00", "not-a-uuid", TAG]).encode()),
+        b64(json.dumps(["2026-01-01T00:00:00+00:00", 7, TAG]).encode()),
+        b64(json.dumps(["2026-01-01T00:00:00+00:00", str(uuid.uuid4()), TAG, "extra"]).encode()),
+    ],
+)
+def test_malformed_timestamp_cursor_is_400(cursor: str) -> None:
+    assert_malformed(cursor)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999", "true", '"1"'])
+def test_score_cursor_must_be_a_finite_number(number: str) -> None:
+    assert_malformed(b64(f'[{number}, "{uuid.uuid4()}", "{TAG}"]'.encode()), kind=float)
+
+
+@pytest.mark.parametrize("number", ["1.5", "true", '"1"', "NaN"])
+def test_sequence_cursor_must_be_an_integer(number: str) -> None:
+    assert_malformed(b64(f'[{number}, "{uuid.uuid4()}", "{TAG}"]'.encode()), kind=int)
+
+
+# --- The pager, over a QuerySet and over raw SQL -------------------------------------------------------------------
+
 
 @pytest.fixture
-def groups():
-    return [Group.objects.create(name=f"g{i:02d}") for i in range(7)]
+def rows() -> list[Membership]:
+    """Seven rows, oldest first by (created_at, id); three share one created_at, so the id breaks the tie."""
+    times = [START, START + timedelta(seconds=1), START + timedelta(seconds=1), START + timedelta(seconds=1),
+             START + timedelta(seconds=2), START + timedelta(seconds=3), START + timedelta(seconds=4)]
+    made = [Membership.objects.create(root_id=ROOT, user_id=f"u{index}", access_level="reader", created_at=at)
+            for index, at in enumerate(times)]
+    return sorted(made, key=lambda row: (row.created_at, row.id))
 
 
-def _walk(queryset, limit, **kwargs):
+def model_keyset(descending: bool = False) -> pagination.ModelKeyset:
+    return pagination.ModelKeyset(Membership.objects.filter(root_id=ROOT), "created_at", descending=descending)
+
+
+def sql_keyset(descending: bool = False) -> pagination.SqlKeyset:
+    return pagination.SqlKeyset(
+        "SELECT m.id, m.user_id, m.created_at FROM conversation_memberships m", ["m.root_id = %s"], [ROOT],
+        order=("m.created_at", "m.id"), position_index=2, descending=descending,
+    )
+
+
+def user_of(row) -> str:
+    return row.user_id if isinstance(row, Membership) else row[1]
+
+
+SOURCES = pytest.mark.parametrize("source", [model_keyset, sql_keyset], ids=["queryset", "sql"])
+
+
+def walk(keyset, limit: int) -> list[str]:
     seen, cursor = [], None
     while True:
-        page = pagination.keyset_page(queryset, sort_field="name", limit=limit, cursor=cursor, **kwargs)
-        seen.extend(item.name for item in page.items)
+        page = pagination.keyset_page(keyset, tag=TAG, cursor=cursor, limit=limit)
+        seen.extend(user_of(row) for row in page.items)
         if page.next_cursor is None:
             return seen
         cursor = page.next_cursor
 
 
-def test_cursor_round_trip():
-    cursor = pagination.encode_cursor("2026-01-01T00:00:00+00:00", "abc")
-    assert pagination.decode_cursor(cursor) == ("2026-01-01T00:00:00+00:00", "abc")
-    assert "abc" not in cursor  # opaque, not a bare id
+@SOURCES
+def test_walks_every_item_once_in_either_direction(rows, source) -> None:
+    expected = [row.user_id for row in rows]
+    for limit in (1, 2, 3, 7):
+        assert walk(source(), limit) == expected
+        assert walk(source(descending=True), limit) == expected[::-1]
 
 
-def test_walks_every_item_once(groups):
-    assert _walk(Group.objects.all(), 3) == [g.name for g in groups]
-    assert _walk(Group.objects.all(), 3, descending=True) == [g.name for g in reversed(groups)]
-
-
-def test_last_page_has_null_cursor_exactly(groups):
-    page = pagination.keyset_page(Group.objects.all(), sort_field="name", limit=7, cursor=None)
+@SOURCES
+def test_last_page_has_null_cursor_exactly(rows, source) -> None:
+    page = pagination.keyset_page(source(), tag=TAG, cursor=None, limit=7)
     assert len(page.items) == 7 and page.next_cursor is None
-    page = pagination.keyset_page(Group.objects.all(), sort_field="name", limit=6, cursor=None)
+    page = pagination.keyset_page(source(), tag=TAG, cursor=None, limit=6)
     assert page.next_cursor is not None
+    last = pagination.keyset_page(source(), tag=TAG, cursor=page.next_cursor, limit=1)
+    assert len(last.items) == 1 and last.next_cursor is None
 
 
-def test_stale_cursor_continues_after_deleted_item(groups):
-    page = pagination.keyset_page(Group.objects.all(), sort_field="name", limit=3, cursor=None)
-    page.items[-1].delete()  # the item the cursor points at is gone
-    rest = pagination.keyset_page(Group.objects.all(), sort_field="name", limit=10, cursor=page.next_cursor)
-    assert [g.name for g in rest.items] == ["g03", "g04", "g05", "g06"]
+@SOURCES
+def test_cursor_continues_after_its_deleted_item(rows, source) -> None:
+    page = pagination.keyset_page(source(), tag=TAG, cursor=None, limit=3)
+    Membership.objects.filter(user_id=user_of(page.items[-1])).delete()  # the item the cursor points at is gone
+    rest = pagination.keyset_page(source(), tag=TAG, cursor=page.next_cursor, limit=10)
+    assert [user_of(row) for row in rest.items] == [row.user_id for row in rows[3:]]
 
 
-@pytest.mark.parametrize("cursor", ["!!!", "bm90IGpzb24", pagination.encode_cursor("x", "y")[:-3] + "###", "W10"])
-def test_malformed_cursor_is_400(groups, cursor):
+@SOURCES
+def test_pager_refuses_another_lists_cursor(rows, source) -> None:
+    cursor = pagination.keyset_page(source(), tag="another.list", cursor=None, limit=2).next_cursor
     with pytest.raises(errors.ApiError) as raised:
-        pagination.keyset_page(Group.objects.all(), sort_field="name", limit=3, cursor=cursor)
-    assert raised.value.status == 400
-    assert raised.value.details == {"fields": {"afterCursor": "malformed cursor"}}
-
-
-def test_forged_cursor_with_wrong_id_type_is_400(groups):
-    cursor = pagination.encode_cursor("g01", "not-an-integer")
-    with pytest.raises(errors.ApiError) as raised:
-        pagination.keyset_page(Group.objects.all(), sort_field="name", limit=3, cursor=cursor)
-    assert raised.value.status == 400
+        pagination.keyset_page(source(), tag=TAG, cursor=cursor, limit=2, field="after_cursor")
+    assert raised.value.details == {"fields": {"after_cursor": "malformed cursor"}}
 
 
 def test_limit_bounds_follow_the_interface_table():

@@ -29,8 +29,11 @@ DENIED = Decision(False, "access denied")
 ALLOWED = Decision(True, None)
 
 
+ROLE_NAMES = {"admin": "admin", "auditor": "auditor", "indexer": "indexer"}  # the defaults, as policy_context passes
+
+
 def ctx(user: str = "alice", roles: tuple[str, ...] = ("user",), **extra: Any) -> dict[str, Any]:
-    return {"user_id": user, "jwt_claims": {"sub": user, "roles": list(roles)}, **extra}
+    return {"user_id": user, "jwt_claims": {"sub": user, "roles": list(roles)}, "role_names": ROLE_NAMES, **extra}
 
 
 def authz_input(namespace: list[str], operation: str = "read", **context: Any) -> dict[str, Any]:
@@ -159,6 +162,31 @@ def test_filter_without_user_id_fails_closed(builtin):
 def test_role_named_like_admin_is_not_admin(builtin):
     result = builtin.filter(filter_input(["user", "bob"], roles=("administrator", "Admin")))
     assert result == FilterResult(["user", "alice", ""], ALICE_FILTER)
+
+
+def test_filter_admin_is_the_configured_admin_role(builtin):
+    # Issue 21.21: the built-in policy reads the service's ADMIN_ROLE (input.context.role_names.admin), not "admin".
+    boss = {**ROLE_NAMES, "admin": "boss"}
+    assert builtin.filter(filter_input(["user", "bob"], roles=("boss",), role_names=boss)) == FilterResult(
+        ["user", "bob"], {}
+    )
+    assert builtin.filter(filter_input(["user", "bob"], roles=("admin",), role_names=boss)) == FilterResult(
+        ["user", "alice", ""], ALICE_FILTER
+    )
+
+
+def test_filter_without_role_names_makes_nobody_admin(builtin):
+    data = filter_input(["user", "bob"], roles=("admin",))
+    del data["context"]["role_names"]
+    assert builtin.filter(data) == FilterResult(["user", "alice", ""], ALICE_FILTER)
+
+
+def test_policy_context_carries_the_configured_role_names(settings):
+    from apps.core.auth.principal import Principal
+
+    settings.ADMIN_ROLE, settings.AUDITOR_ROLE, settings.INDEXER_ROLE = "boss", "viewer", "idx"
+    context = policy_engine.policy_context(Principal(user_id="alice", client_id=None, roles=("boss",)))
+    assert context["role_names"] == {"admin": "boss", "auditor": "viewer", "indexer": "idx"}
 
 
 TRICKY_IDS = ['a"b', "a\\b", "bo\\u0062", '"bob"', "a\nb", "é😀", "x\\", "\\u0000", "%_.*"]
@@ -446,9 +474,23 @@ def test_undefined_authz_and_attributes_are_the_defaults(tmp_path):
     assert engine.attributes({"namespace": ["user", "alice"], "key": "k"}) == {}
 
 
-def test_filter_without_rules_is_unconstrained_by_policy_choice(tmp_path):
-    engine = custom_engine(tmp_path / "p", filter="package memories.filter\nimport rego.v1\nunrelated := 1\n")
-    assert engine.filter(filter_input(["x"])) == FilterResult(None, None)
+@pytest.mark.parametrize(
+    "rules",
+    [
+        "unrelated := 1\n",
+        'attribute_filter := {"sub": "alice"}\n',  # namespace_prefix undefined: would keep the requested prefix
+        'namespace_prefix := ["user", "alice"]\n',  # attribute_filter undefined: would add no filter
+        'namespace_prefix := ["user", "alice"] if input.context.user_id == "alice"\nattribute_filter := {}\n',
+        "namespace_prefix := null\nattribute_filter := {}\n",
+        'namespace_prefix := ["user"]\nattribute_filter := null\n',
+    ],
+)
+def test_filter_leaving_a_rule_undefined_fails_closed(tmp_path, rules):
+    # Issue 21.22: an undefined namespace_prefix or attribute_filter is a policy_error, never "no constraint".
+    engine = custom_engine(tmp_path / "p", filter=f"package memories.filter\nimport rego.v1\n{rules}")
+    with pytest.raises(errors.ApiError) as info:
+        engine.filter(filter_input(["x"], user="bob"))
+    assert (info.value.status, info.value.code) == (500, "policy_error")
 
 
 def test_unserializable_input_is_a_policy_error(builtin):
@@ -575,6 +617,18 @@ def test_opa_undefined_results(fake_opa, monkeypatch):
     assert engine.attributes({"namespace": ["user", "alice"], "context": ctx()}) == {}
     with pytest.raises(errors.ApiError) as info:
         engine.filter(filter_input([]))
+    assert (info.value.status, info.value.code) == (500, "policy_error")
+
+
+@pytest.mark.parametrize(
+    "document", [{"attribute_filter": {}}, {"namespace_prefix": []}, {"namespace_prefix": None, "attribute_filter": {}}]
+)
+def test_opa_filter_leaving_a_rule_undefined_fails_closed(fake_opa, monkeypatch, document):
+    # The sidecar answers the package document with a rule missing (OPA omits undefined rules): issue 21.22.
+    monkeypatch.setattr(fake_opa, "evaluate", lambda path, input: (True, document))
+    engine = OpaEngine(fake_opa.url, 2)
+    with pytest.raises(errors.ApiError) as info:
+        engine.filter(filter_input(["user", "bob"], user="bob"))
     assert (info.value.status, info.value.code) == (500, "policy_error")
 
 

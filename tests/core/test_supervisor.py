@@ -28,6 +28,7 @@ from django.conf import settings
 
 from apps.core.supervisor import Supervisor, read_procfile
 from tests.conftest import service_env
+from tests.live_service import listening_addresses
 
 
 def _alive(pid: int) -> bool:
@@ -84,6 +85,22 @@ def supervised(tmp_path):
 
 def test_procfile_is_read_in_order():
     assert list(read_procfile(Path(settings.BASE_DIR) / "Procfile")) == ["web", "worker", "beat"]
+
+
+def _web_bind(**env: str) -> str:
+    """The address the Procfile's web command binds, expanded by /bin/sh as the supervisor runs it."""
+    command = read_procfile(Path(settings.BASE_DIR) / "Procfile")["web"]
+    argv = subprocess.run(
+        ["/bin/sh", "-c", f'set -- {command}; printf "%s\\n" "$@"'], env=service_env(**env),
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    return argv[argv.index("--bind") + 1]
+
+
+def test_web_binds_loopback_unless_host_says_otherwise():
+    assert _web_bind() == "127.0.0.1:8080"
+    assert _web_bind(HOST="") == "127.0.0.1:8080"
+    assert _web_bind(HOST="0.0.0.0", PORT="9000") == "0.0.0.0:9000"
 
 
 def test_a_crashed_process_is_restarted_with_exponential_backoff_and_the_others_keep_running(supervised, caplog):
@@ -217,7 +234,7 @@ class Up:
         self.log = data_dir.parent / f"up-{self.port}.log"
         env = service_env(
             DJANGO_SETTINGS_MODULE="config.settings.embedded", DATA_DIR=str(data_dir), EMBEDDING_PROVIDER="hash",
-            WEB_CONCURRENCY="1", CELERY_CONCURRENCY="1", LOG_LEVEL="INFO", LOG_FORMAT="json", HOST="127.0.0.1",
+            WEB_CONCURRENCY="1", CELERY_CONCURRENCY="1", LOG_LEVEL="INFO", LOG_FORMAT="json",
         )
         command = [sys.executable, "manage.py", "up", "--port", str(self.port)]
         pidfile = data_dir.parent / f"up-{self.port}.pid"
@@ -304,6 +321,8 @@ def test_up_restarts_a_killed_worker_keeps_serving_and_sigterm_stops_everything(
         worker = up.pid_of("worker")
         web = up.pid_of("web")
         assert worker and web and _alive(postgres) and _alive(valkey)
+        # No HOST in its environment: loopback only (the dev IdP hands out admin tokens to whoever reaches it).
+        assert listening_addresses(up.port) == {"127.0.0.1"}
 
         os.kill(worker, signal.SIGKILL)
         answered = []

@@ -21,8 +21,8 @@ def _indexes_named(name: str) -> int:
 
 
 def test_32_sessions_creating_the_same_index_at_once_all_succeed_and_one_index_exists() -> None:
-    # Each thread has its own database session, as the web workers and the Celery worker do; the per-process lock
-    # in ensure_hnsw_index is bypassed, so only what PostgreSQL serialises keeps them apart. Five rounds: without
+    # Each thread has its own database session, as concurrent `manage.py migrate` runs (a rolling deploy) do, so
+    # only what PostgreSQL serialises keeps them apart. Five rounds: without
     # the lock, one round of 32 collided about two times in three.
     failures: list[BaseException] = []
 

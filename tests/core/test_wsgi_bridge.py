@@ -15,11 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from config.wsgi_bridge import PRELOAD_BODY_BYTES, CoalescingWSGIMiddleware, chunked_body_max_bytes
+from config.wsgi_bridge import PRELOAD_BODY_BYTES, CoalescingWSGIMiddleware, body_limit, chunked_body_max_bytes
 
 
 def _run(
-    app, *, body_messages: list[dict] | None = None, headers: list[tuple[bytes, bytes]] | None = None, sent: list[dict] | None = None
+    app, *, body_messages: list[dict] | None = None, headers: list[tuple[bytes, bytes]] | None = None, sent: list[dict] | None = None,
+    path: str = "/x",
 ) -> tuple[list[dict], int]:
     """One HTTP request through the bridge; returns the messages sent to the server (also collected in ``sent``,
     for a request that raises) and how many receive() calls the application made."""
@@ -40,7 +41,7 @@ def _run(
 
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/x", "raw_path": b"/x", "query_string": b"", "root_path": "", "headers": headers or [],
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers or [],
         "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
     }  # fmt: skip
     bridge = CoalescingWSGIMiddleware(app, workers=4)
@@ -125,26 +126,75 @@ def test_an_empty_streaming_response_still_starts_before_it_ends() -> None:
 @pytest.mark.parametrize(
     "headers",
     [
-        pytest.param(_length(PRELOAD_BODY_BYTES + 1), id="larger-than-preload"),
-        pytest.param([(b"content-length", b"nonsense")], id="malformed-length"),
+        pytest.param(_length(PRELOAD_BODY_BYTES + 1), id="larger-than-memory"),
+        pytest.param([(b"transfer-encoding", b"chunked")], id="chunked"),
     ],
 )
-def test_bodies_not_preloaded_are_read_by_the_request_thread_in_full(headers) -> None:
+def test_every_acceptable_body_is_read_before_the_application_starts(headers) -> None:
+    """Issue 21.8: a request thread never waits on the network for a body (a slow client would hold it): the
+    application gets the body already read, not a2wsgi's stream that blocks on receive()."""
+    from a2wsgi.wsgi import Body
+
     payload = b"x" * (PRELOAD_BODY_BYTES + 1)
     half = len(payload) // 2
     seen: dict = {}
+    echo = _echo_app(False, seen=seen)
+
+    def app(environ, start_response):
+        seen["streamed"] = isinstance(environ["wsgi.input"], Body)
+        return echo(environ, start_response)
+
     sent, receives = _run(
-        _echo_app(False, seen=seen),
+        app,
         body_messages=[
             {"type": "http.request", "body": payload[:half], "more_body": True},
             {"type": "http.request", "body": payload[half:]},
         ],
         headers=headers,
     )
-    assert seen["body"] == payload
+    assert seen["streamed"] is False
+    assert seen["body"] == payload and seen["length"] == str(len(payload))
     assert receives == 2
     assert sent[0]["status"] == 201
     assert b"".join(m.get("body", b"") for m in sent[1:]) == payload
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param([(b"content-length", b"nonsense")], id="malformed-length"),
+        pytest.param(_length(2 * 1024 * 1024 + 1), id="past-the-endpoint-limit"),
+    ],
+)
+def test_a_body_the_application_refuses_unread_is_left_to_it(headers) -> None:
+    """The application answers these from the header alone (400, 413): the bridge reads nothing for them."""
+
+    def app(environ, start_response):
+        start_response("413 Payload Too Large", [("Content-Type", "application/json")])
+        return _Response([b"{}"], streaming=False)
+
+    sent, receives = _run(app, body_messages=[], headers=headers)
+    assert receives == 0
+    assert sent[0]["status"] == 413
+
+
+@pytest.mark.parametrize(
+    "headers", [pytest.param(_length(10), id="declared"), pytest.param([(b"transfer-encoding", b"chunked")], id="chunked")]
+)
+def test_a_client_gone_before_its_body_is_complete_runs_nothing(headers) -> None:
+    called = []
+
+    def app(environ, start_response):
+        called.append(True)
+        start_response("200 OK", [])
+        return _Response([b""], streaming=False)
+
+    sent, _ = _run(
+        app,
+        body_messages=[{"type": "http.request", "body": b"abc", "more_body": True}, {"type": "http.disconnect"}],
+        headers=headers,
+    )
+    assert called == [] and sent == []
 
 
 def test_a_chunked_body_arrives_whole_with_the_length_it_turned_out_to_have() -> None:
@@ -159,16 +209,19 @@ def test_a_chunked_body_arrives_whole_with_the_length_it_turned_out_to_have() ->
     assert receives == 2
 
 
-def test_a_chunked_body_past_every_limit_is_cut_one_byte_past_it(settings) -> None:
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/attachments"])
+def test_a_chunked_body_past_the_endpoints_limit_is_cut_one_byte_past_it(settings, path) -> None:
     """The application then refuses it as too large (its own 413), and the bridge never holds more than that."""
     settings.REQUEST_MAX_BODY_BYTES = 100
     settings.ATTACHMENT_MAX_BYTES = 10
-    limit = chunked_body_max_bytes()
+    limit = body_limit(path)
+    assert limit == (100 if path == "/v1/memories" else chunked_body_max_bytes())
     seen: dict = {}
     _run(
         _echo_app(False, seen=seen),
         body_messages=[{"type": "http.request", "body": b"z" * limit, "more_body": True}] * 3,
         headers=[(b"transfer-encoding", b"chunked")],
+        path=path,
     )
     assert seen["length"] == str(limit + 1)
     assert len(seen["body"]) == limit + 1

@@ -79,7 +79,10 @@ class WebServer:
         listener.listen(512)
         self.port = listener.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--fd", str(listener.fileno())]
+        command = [
+            sys.executable, "-m", "uvicorn", "config.asgi:application", "--fd", str(listener.fileno()),
+            "--http", "config.http_server:ServiceHttpProtocol",  # the production protocol (its deadlines)
+        ]  # fmt: skip
         self.process = subprocess.Popen(
             [*command, "--log-level", "warning", "--no-access-log"],
             env=env,

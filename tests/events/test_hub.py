@@ -82,3 +82,24 @@ def test_buffer_overflow_evicts_only_the_stuck_subscriber(valkey, settings):
         hub.unregister(reading)
 
     asyncio.run(scenario())
+
+
+def test_a_user_id_no_redis_key_can_hold_never_poisons_the_reader(valkey):
+    """Issue 21.6, defence in depth (authentication refuses such ids first): a stream for a user id with a lone
+    surrogate fails alone; streams registered afterwards in the same process are served."""
+
+    async def scenario() -> None:
+        hub = hub_module.get_hub()
+        poisoned = hub_module.Subscriber(user_id="bad\ud800", kinds=None)
+        with pytest.raises(UnicodeError):
+            await hub.register(poisoned)
+        assert "bad\ud800" not in hub.subscribers
+
+        subscriber = hub_module.Subscriber(user_id="hub-user-3", kinds=None)
+        await asyncio.wait_for(hub.register(subscriber), 10)
+        payload = streams.encode_event("created", "entry", {"conversationId": "c", "entryId": "after"})
+        redis.Redis.from_url(valkey.url).eval(*streams.append_args("hub-user-3", "e", payload))
+        assert (await _next_event(subscriber)).payload == payload
+        hub.unregister(subscriber)
+
+    asyncio.run(scenario())

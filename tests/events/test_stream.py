@@ -61,6 +61,24 @@ def test_bad_credentials_are_401(server, headers):
     assert stream.body["code"] == "unauthenticated"
 
 
+@pytest.mark.parametrize(
+    "claims",
+    [{"preferred_username": "bob\ud800"}, {"preferred_username": "bob\x00"}, {"exp": 10**400}, {"x": 2**64}],
+    ids=["lone_surrogate_user_id", "nul_user_id", "exp_overflow", "integer_over_64_bits"],
+)
+def test_odd_claims_are_401_and_leave_the_process_serving_everyone(make_user, server, claims):
+    """Issue 21.6: a lone surrogate in the user id was a 500 that left the process's one Redis reader unable to
+    subscribe anybody: every later stream on it got 503 until a restart."""
+    odd = SSEClient(server, "/v1/events", {"Authorization": f"Bearer {_mint('bob', roles=('user',), claims=claims)}"})
+    assert odd.status == 401 and odd.body["code"] == "unauthenticated"
+    alice = make_user("alice")
+    stream = alice.stream()
+    assert stream.status == 200, stream.body
+    conversation = alice.create_conversation()
+    assert {"event": "created", "kind": "conversation", "data": {"conversationId": conversation}} in _events(stream, 2)
+    stream.close()
+
+
 def test_api_key_is_checked_like_every_endpoint(make_user, api_key):
     from tests.events.conftest import SSEClient
 

@@ -82,3 +82,61 @@ def test_every_api_error_response_is_documented_with_d1s_body():
                     path,
                     status,
                 )
+
+
+# --- What the fuzzer shapes and forgives (tests/fuzz/test_api_fuzz.py) -----------------------------------------
+
+
+def _case(mode, *, path="/v1/memories", method="PUT", query=None, body=None, media_type="application/json"):
+    meta = SimpleNamespace(generation=SimpleNamespace(mode=mode))
+    return SimpleNamespace(meta=meta, path=path, method=method, query=query or {}, body=body, media_type=media_type)
+
+
+def test_schema_valid_cases_carry_only_what_a_schema_can_promise():
+    from schemathesis.generation import GenerationMode
+
+    from tests.fuzz.test_api_fuzz import shape_positive
+
+    case = _case(
+        GenerationMode.POSITIVE,
+        query={"afterCursor": "x", "limit": 18.0, "ns": ["a\x00"]},
+        body={
+            "key": "é" * 600,
+            "value": {"n": 2**70, "f": 1.5, "s": "a\x00b", "\x00k": [5.0]},
+            "content": [{"text": "t", "attachmentId": "00000000-0000-0000-0000-000000000000"}],
+            "forkedAtConversationId": "x",
+            "forkedAtEntryId": "y",
+            "afterCursor": "z",
+        },
+    )
+    shape_positive(case)
+    assert case.query == {"limit": 18, "ns": ["a_"]}
+    assert set(case.body) == {"key", "value", "content"}
+    assert len(case.body["key"].encode()) <= 1024
+    assert case.body["value"] == {"n": 2**63 - 1, "f": 1.5, "s": "a_b", "_k": [5]}
+    assert case.body["content"] == [{"text": "t"}]
+
+    negative = _case(GenerationMode.NEGATIVE, query={"afterCursor": "x", "limit": 18.0})
+    shape_positive(negative)
+    assert negative.query == {"afterCursor": "x", "limit": 18.0}  # invalid cases go out as drawn
+
+
+@pytest.mark.parametrize(
+    ("method", "fields", "forgiven"),
+    [
+        ("DELETE", {"userId": "the primary owner's membership cannot be removed; transfer ownership first"}, True),
+        ("DELETE", {"userId": "must be 1 to 256 characters without NUL"}, False),
+        ("DELETE", {"userId": "the primary owner's membership cannot be removed", "x": "unknown field"}, False),
+        ("PATCH", {"accessLevel": "the primary owner's membership cannot be lowered; transfer ownership instead"}, True),
+        ("PATCH", {"accessLevel": "must be one of: manager, owner, reader, writer"}, False),
+    ],
+)
+def test_only_documented_state_rules_are_forgiven_a_400(method, fields, forgiven):
+    from schemathesis.generation import GenerationMode
+
+    from tests.fuzz.test_api_fuzz import _state_rule_refusal
+
+    case = _case(GenerationMode.POSITIVE, path="/v1/conversations/{conversationId}/memberships/{userId}", method=method)
+    body = {"code": "validation_error", "error": "Invalid request.", "requestId": "r", "details": {"fields": fields}}
+    assert _state_rule_refusal(case, _response(400, body)) is forgiven
+    assert _state_rule_refusal(case, _response(409, body)) is False

@@ -28,23 +28,39 @@ ADDS, UPDATES, DELETES = 6000, 7000, 3000  # bob's: 10k updates and deletes afte
 OTHER_USERS, OTHER_EVENTS = 20, 150  # per other user, in each phase
 
 
-def _insert_events(owner: str, kind: str, count: int) -> None:
-    """``count`` events of one kind for ``owner``, over 50 namespaces of depth 3-4 under ["user", owner]."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO memory_events (id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, attributes) "
-            "SELECT gen_random_uuid(), gen_random_uuid(), "
-            "CASE WHEN g %% 10 = 0 THEN ARRAY['user', %(owner)s, 'area-' || g %% 5] "
-            "ELSE ARRAY['user', %(owner)s, 'area-' || g %% 5, 'topic-' || g %% 9] END, "
-            "'k' || g, %(kind)s, clock_timestamp(), NULL, jsonb_build_object('namespace', 'user', 'sub', %(owner)s) "
-            "FROM generate_series(1, %(count)s) AS g",
-            {"owner": owner, "kind": kind, "count": count},
-        )
+class Timeline:
+    """Generated events, each as if written by its own transaction that has ended: ``tx`` grows with the order of
+    insertion and stays below the horizon read first, so a reader that has written nothing sees all of them."""
 
+    TOTAL = ADDS + UPDATES + DELETES + 3 * OTHER_USERS * OTHER_EVENTS
 
-def _others(kind: str) -> None:
-    for index in range(OTHER_USERS):
-        _insert_events(f"other{index:02d}", kind, OTHER_EVENTS)
+    def __init__(self) -> None:
+        with connection.cursor() as cursor:
+            # As a reader that has written nothing sees it (the test's own transaction may have written).
+            self.horizon = selectors.Horizon(selectors.read_horizon(cursor).oldest_running)
+        self.written = 0
+
+    def insert(self, owner: str, kind: str, count: int) -> None:
+        """``count`` events of one kind for ``owner``, over 50 namespaces of depth 3-4 under ["user", owner]."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO memory_events (id, memory_id, namespace, key, kind, occurred_at, value_ciphertext, "
+                "attributes, tx) "
+                "SELECT gen_random_uuid(), gen_random_uuid(), "
+                "CASE WHEN g %% 10 = 0 THEN ARRAY['user', %(owner)s, 'area-' || g %% 5] "
+                "ELSE ARRAY['user', %(owner)s, 'area-' || g %% 5, 'topic-' || g %% 9] END, "
+                "'k' || g, %(kind)s, clock_timestamp(), NULL, "
+                "jsonb_build_object('namespace', 'user', 'sub', %(owner)s), "
+                "1 + (%(written)s + g)::bigint * (%(horizon)s - 2) / %(total)s "
+                "FROM generate_series(1, %(count)s) AS g",
+                {"owner": owner, "kind": kind, "count": count, "written": self.written,
+                 "horizon": self.horizon.oldest_running, "total": self.TOTAL},
+            )
+        self.written += count
+
+    def others(self, kind: str) -> None:
+        for index in range(OTHER_USERS):
+            self.insert(f"other{index:02d}", kind, OTHER_EVENTS)
 
 
 def _analyze() -> None:
@@ -66,10 +82,11 @@ def _nodes(node: dict, parent: dict | None = None) -> list[tuple[dict, dict | No
     return found
 
 
-def _rows(sql: str, params: list[Any]) -> list[int]:
+def _rows(sql: str, params: list[Any]) -> list[tuple[int, int]]:
+    """The (tx, seq) position of each row."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
+        return [(row[0], row[1]) for row in cursor.fetchall()]
 
 
 BOB = Principal(user_id="bob", client_id=None, roles=("user",), raw_claims={"sub": "bob"})
@@ -91,7 +108,7 @@ def _assert_index_walks(label: str, plan: dict, kinds: list[str] | None) -> None
         read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
         assert read <= LIMIT, (label, f"the walk read {read} rows for a page of {LIMIT}")
         # Either owner index: before the first update, a page of adds is one page on either.
-        assert node["Index Name"] in ("memory_events_owner_seq", "memory_events_owner_kind_seq"), (label, node)
+        assert node["Index Name"] in ("memory_events_owner_timeline", "memory_events_kind_timeline"), (label, node)
         assert parent is not None and parent["Node Type"] == "Limit", (label, parent)
     for node, _parent in _nodes(plan):
         assert node["Node Type"] not in ("Seq Scan", "Bitmap Heap Scan", "Bitmap Index Scan"), (label, node)
@@ -99,37 +116,40 @@ def _assert_index_walks(label: str, plan: dict, kinds: list[str] | None) -> None
             assert kinds and node["Actual Rows"] <= LIMIT * len(kinds), (label, node)
 
 
-def _check_pages(state: str) -> None:
+def _check_pages(state: str, timeline: Timeline) -> None:
     scope = selectors.scope_for(BOB, [], None)
-    timeline = _rows(
-        "SELECT seq FROM memory_events WHERE namespace[1:2] = ARRAY['user', 'bob'] ORDER BY seq", []
+    positions = _rows(
+        "SELECT tx, seq FROM memory_events WHERE namespace[1:2] = ARRAY['user', 'bob'] ORDER BY tx, seq", []
     )
-    cursors = {"no cursor": None, "middle": timeline[len(timeline) // 2], "near the end": timeline[-20]}
+    cursors = {"no cursor": None, "middle": positions[len(positions) // 2], "near the end": positions[-20]}
     for page, filters in PAGES.items():
-        for position, after_seq in cursors.items():
-            label = f"{state}, {page}, {position}"
-            sql, params = selectors.events_query(scope, after_seq=after_seq, limit=LIMIT, **filters)
+        for where, position in cursors.items():
+            label = f"{state}, {page}, {where}"
+            sql, params = selectors.events_query(
+                scope, horizon=timeline.horizon, after_position=position, limit=LIMIT, **filters
+            )
             _assert_index_walks(label, _explain(sql, params), filters.get("kinds"))
-            # The same page as the plain statement (any plan): the walk must not change what the page holds.
+            # The same page as the plain statement (any plan): the walks must not change what the page holds.
             kinds = filters.get("kinds") or ["add", "update", "delete", "expired"]
             assert _rows(sql, params) == _rows(
-                "SELECT seq FROM memory_events WHERE namespace[1:2] = ARRAY['user', 'bob'] AND kind = ANY(%s) "
-                "AND seq > %s ORDER BY seq LIMIT %s",
-                [kinds, after_seq or 0, LIMIT],
+                "SELECT tx, seq FROM memory_events WHERE namespace[1:2] = ARRAY['user', 'bob'] "
+                "AND kind = ANY(%s) AND (tx, seq) > (%s, %s) ORDER BY tx, seq LIMIT %s",
+                [kinds, *(position or (0, 0)), LIMIT],
             ), label
 
 
 def test_events_page_walks_the_owner_index_after_updates_and_deletes() -> None:
-    _insert_events("bob", "add", ADDS)
-    _others("add")
+    timeline = Timeline()
+    timeline.insert("bob", "add", ADDS)
+    timeline.others("add")
     _analyze()  # the statistics autovacuum left after the adds
-    _insert_events("bob", "update", UPDATES)
-    _others("update")
-    _insert_events("bob", "delete", DELETES)
-    _others("delete")
-    _check_pages("stale statistics")
+    timeline.insert("bob", "update", UPDATES)
+    timeline.others("update")
+    timeline.insert("bob", "delete", DELETES)
+    timeline.others("delete")
+    _check_pages("stale statistics", timeline)
     _analyze()
-    _check_pages("fresh statistics")
+    _check_pages("fresh statistics", timeline)
 
 
 def test_the_namespace_gin_index_of_events_keeps_no_pending_list() -> None:
@@ -138,7 +158,7 @@ def test_the_namespace_gin_index_of_events_keeps_no_pending_list() -> None:
     appended one per write, so they go straight into the index."""
     with connection.cursor() as cursor:
         cursor.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")  # rolled back with the test
-    _insert_events("bob", "add", 500)
+    Timeline().insert("bob", "add", 500)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pending_pages, pending_tuples FROM pgstatginindex('memory_events_ns_gin')")
         assert cursor.fetchone() == (0, 0)

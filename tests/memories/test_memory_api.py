@@ -328,8 +328,17 @@ def test_lifecycle_events_carry_value_and_attributes_only_for_add_and_update(bob
     assert times == sorted(times)
 
 
-def test_events_are_empty_with_null_cursor_when_nothing_happened(bob):
-    assert events(bob) == {"events": [], "after_cursor": None}
+def test_an_empty_events_page_still_hands_out_a_cursor_to_poll_from(bob, charlie):
+    # Issue 21.17: a poller that found nothing yet got after_cursor null, so it had nothing to continue from.
+    empty = events(bob)
+    assert empty["events"] == [] and isinstance(empty["after_cursor"], str) and empty["after_cursor"]
+    put_ok(charlie, ["user", "charlie"], "theirs")  # another owner's event: not bob's to see
+    again = events(bob, after_cursor=empty["after_cursor"])
+    assert again["events"] == [] and again["after_cursor"]
+    put_ok(bob, NS, "k1")
+    page = events(bob, after_cursor=again["after_cursor"])
+    assert [(e["kind"], e["key"]) for e in page["events"]] == [("add", "k1")]
+    assert events(bob, after_cursor=page["after_cursor"])["events"] == []
 
 
 def test_events_filter_by_namespace_prefix(bob):

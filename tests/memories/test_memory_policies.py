@@ -7,6 +7,8 @@ import pytest
 
 from apps.memories.models import Memory
 from tests.memories.conftest import (
+    EVENTS,
+    NAMESPACES,
     assert_denied,
     assert_error,
     counts,
@@ -17,8 +19,10 @@ from tests.memories.conftest import (
     namespaces,
     put,
     put_ok,
+    search,
     search_items,
     search_keys,
+    url,
 )
 
 pytestmark = pytest.mark.django_db
@@ -120,6 +124,36 @@ def test_policy_attribute_filter_is_anded_with_the_callers(bob, two_users):
     # A caller filter naming alice cannot widen bob's scope: both conditions must hold.
     assert search_items(bob, [], filter={"sub": "alice"}) == []
     assert search_keys(bob, [], filter={"sub": "bob"}) == ["b1", "b2"]
+
+
+def test_the_configured_admin_role_is_the_admin_of_the_built_in_filter(client_for, settings, alice, two_users):
+    # Issue 21.21: with ADMIN_ROLE=boss, "boss" widens search and lists, and "admin" is an ordinary role.
+    settings.ADMIN_ROLE = "boss"
+    boss = client_for("dave", roles=("user", "boss"))
+    assert search_keys(boss, ["user", "bob"]) == ["b1", "b2"]
+    assert namespaces(boss, prefix=["user", "bob"]) == [["user", "bob", "notes"], ["user", "bob", "todo"]]
+    assert search_items(alice, ["user", "bob"]) == []  # alice holds "admin", no longer the admin role
+    assert search_keys(alice, []) == ["a1"]
+
+
+def test_a_custom_filter_leaving_a_rule_undefined_fails_closed(policy_dir, bob, two_users):
+    # Issue 21.22: attribute_filter undefined read as "no attribute filter", namespace_prefix undefined as "keep
+    # the requested prefix": bob saw alice's memories. Now a policy_error.
+    policy_dir(
+        filter="""
+        package memories.filter
+
+        import rego.v1
+
+        namespace_prefix := ["user", input.context.user_id] if input.namespace_prefix == []
+        attribute_filter := {"sub": input.context.user_id} if input.namespace_prefix == []
+        """
+    )
+    assert search_keys(bob, []) == ["b1", "b2"]
+    for prefix in (["user", "alice"], ["user"]):
+        assert_error(search(bob, prefix), 500, "policy_error")
+    assert_error(bob.get(url(NAMESPACES, prefix=["user", "alice"])), 500, "policy_error")
+    assert_error(bob.get(url(EVENTS, ns=["user", "alice"])), 500, "policy_error")
 
 
 def test_admin_namespaces_keep_the_requested_prefix(alice, two_users):
@@ -312,6 +346,23 @@ def test_policy_evaluation_error_is_500_and_never_an_allow(policy_dir, bob):
     assert Memory.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        '{"team": {"name": "x"}}',  # not a scalar
+        '{"team": ["x"]}',
+        '["x"]',  # not an object
+        '{"team": "a\\u0000b"}',  # jsonb holds no NUL: a database error before (issue 21.20)
+        '{"te\\u0000am": 1}',
+    ],
+)
+def test_attributes_the_store_cannot_hold_are_a_policy_error_and_nothing_is_written(policy_dir, bob, attributes):
+    policy_dir(attributes=f"package memories.attributes\nimport rego.v1\nattributes := {attributes}\n")
+    response = put(bob, ["user", "bob"], "k", {"v": 1})
+    assert_error(response, 500, "policy_error")
+    assert counts() == (0, 0)
+
+
 # --- segment-exact namespace matching -------------------------------------------------------------------------------
 
 
@@ -395,7 +446,7 @@ def test_user_ids_with_pattern_characters_are_literal(client_for, alice):
     assert search_keys(alice, ["user", "b%"]) == ["k1"]
 
 
-@pytest.mark.parametrize("user_id", ['q"uote', "back\\slash", "new\nline", "tab\tbed"])
+@pytest.mark.parametrize("user_id", ['q"uote', "back\\slash", "tab/slash", "uni\u00e7ode"])
 def test_user_ids_with_json_special_characters_round_trip(client_for, alice, user_id):
     client = client_for(user_id)
 
@@ -406,6 +457,15 @@ def test_user_ids_with_json_special_characters_round_trip(client_for, alice, use
     assert search_keys(client, []) == ["k"]
     assert namespaces(client) == [["user", user_id]]
     assert search_keys(alice, [], filter={"sub": user_id}) == ["k"]
+
+
+@pytest.mark.parametrize("user_id", ["new\nline", "tab\tbed"])
+def test_user_ids_with_control_characters_are_refused_at_authentication(client_for, user_id):
+    # A user id becomes namespace segments, memberships and Redis keys: control characters never get that far.
+    response = client_for(user_id).get("/v1/memories", {"ns": ["user", user_id], "key": "k"})
+
+    assert response.status_code == 401
+    assert response.json()["code"] == "unauthenticated"
 
 
 def test_user_id_with_an_escape_sequence_cannot_reach_another_users_subtree(client_for, bob):

@@ -16,6 +16,8 @@ from tests.memories.conftest import (
     assert_error,
     assert_validation_error,
     counts,
+    delete,
+    get,
     put_ok,
     search,
     url,
@@ -208,6 +210,43 @@ def test_max_depth_follows_service_settings(bob):
     assert counts() == (2, 2)
 
 
+def test_lowering_max_depth_caps_new_writes_only(bob):
+    # Issue 21.16: records written under a higher setting stay readable, searchable, listable and deletable.
+    deep = ["user", "bob", "a", "b", "c", "d"]
+    ServiceSettings.objects.create(memory_episodic_namespace_max_depth=6)
+    config.clear_cache()
+    put_ok(bob, deep, "old", {"v": 1})
+    ServiceSettings.objects.update(memory_episodic_namespace_max_depth=3)
+    config.clear_cache()
+
+    assert_validation_error(put_body(bob, namespace=deep, key="old"), "namespace")  # an update is a new write
+    response = get(bob, deep, "old")
+    assert response.status_code == 200, response.content
+    assert response.json()["value"] == {"v": 1}
+    assert [item["key"] for item in search(bob, ["user", "bob", "a"]).json()["items"]] == ["old"]
+    assert bob.get(url(NAMESPACES)).json() == {"namespaces": [deep]}
+    assert delete(bob, deep, "old").status_code == 204
+    assert get(bob, deep, "old").status_code == 404
+    assert counts() == (1, 2)
+
+
+def test_addresses_deeper_than_any_setting_allows_are_malformed(bob):
+    too_deep = ["user", "bob", *[f"s{i}" for i in range(config.MAX_NAMESPACE_DEPTH - 1)]]
+    assert_validation_error(get(bob, too_deep, "k"), "ns")
+    assert_validation_error(delete(bob, too_deep, "k"), "ns")
+    assert get(bob, too_deep[:-1], "k").status_code == 404  # at the ceiling: well-formed
+
+
+def test_max_depth_setting_is_bounded_by_the_ceiling(bob, settings):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError):
+        ServiceSettings(memory_episodic_namespace_max_depth=config.MAX_NAMESPACE_DEPTH + 1).full_clean()
+    settings.MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH = 1000
+    config.clear_cache()
+    assert config.namespace_max_depth() == config.MAX_NAMESPACE_DEPTH
+
+
 def test_empty_service_settings_fall_back_to_the_environment_default(bob, settings):
     ServiceSettings.objects.create(memory_episodic_namespace_max_depth=None)
     settings.MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH = 2
@@ -263,7 +302,11 @@ def test_policy_deny_on_write_writes_nothing(bob):
         ({"ns": NS}, "key"),
         ({"ns": NS, "key": ""}, "key"),
         ({"ns": ["user", "", "x"], "key": "k"}, "ns"),
-        ({"ns": ["user", "bob", "a", "b", "c", "d"], "key": "k"}, "ns"),
+        # Deeper than the configured depth (5) is still an address (issue 21.16); deeper than its ceiling is not.
+        ({"ns": ["user", "bob", *"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"], "key": "k"}, "ns"),
+        ({"ns": NS, "key": "k" * 1025}, "key"),
+        ({"ns": NS, "key": "é" * 513}, "key"),  # 1026 bytes in UTF-8
+        ({"ns": NS, "key": "a\x00b"}, "key"),
     ],
 )
 def test_get_and_delete_reject_a_bad_address(bob, method, params, field):
@@ -271,6 +314,17 @@ def test_get_and_delete_reject_a_bad_address(bob, method, params, field):
 
     assert_validation_error(response, field)
     assert counts() == (0, 0)
+
+
+@pytest.mark.parametrize("key", ["k" * 1025, "é" * 513])
+def test_get_and_delete_refuse_an_oversized_key_exactly_as_put_does(bob, key):
+    """Issue 21.9: GET answered 404 and DELETE 204 for a key PUT refuses with 400."""
+    refused = put_body(bob, key=key)
+    assert_validation_error(refused, "key")
+    for method in ("get", "delete"):
+        response = getattr(bob, method)(url(MEMORIES, ns=NS, key=key))
+        assert_validation_error(response, "key")
+        assert response.json()["details"]["fields"]["key"] == refused.json()["details"]["fields"]["key"]
 
 
 def test_bad_delete_leaves_the_record(bob):
@@ -298,6 +352,9 @@ def test_bad_address_is_400_before_authorization(bob):
         ({"namespace_prefix": [], "limit": 0}, "limit"),
         ({"namespace_prefix": [], "limit": 101}, "limit"),
         ({"namespace_prefix": [], "limit": "x"}, "limit"),
+        # A JSON body is typed: a number in a string is refused, as a query string's "5" is not (issue 21.18).
+        ({"namespace_prefix": [], "limit": "5"}, "limit"),
+        ({"namespace_prefix": [], "query": "q", "limit": "5"}, "limit"),
         ({"namespace_prefix": [], "limit": 5.5}, "limit"),
         ({"namespace_prefix": [], "limit": True}, "limit"),
         ({"namespace_prefix": [], "offset": -1}, "offset"),
@@ -346,6 +403,39 @@ def test_search_rejects_filters_json_can_spell_but_nothing_can_run(alice, raw_fi
     body = '{"namespace_prefix": [], "filter": ' + raw_filter + "}"
 
     assert_validation_error(alice.post(SEARCH, body, content_type="application/json"), field)
+
+
+@pytest.mark.parametrize("query", [None, "anything"])
+@pytest.mark.parametrize(
+    "raw_filter",
+    [
+        # Issue 21.7: more bound values than PostgreSQL takes in one statement (65,535) was a 500 ...
+        {"n": {"in": list(range(65_536))}},
+        # ... and 5,000 range clauses with a semantic query took 25-29 s of CPU.
+        {f"a{i}": {"gt": i} for i in range(5_000)},
+        {f"a{i}": 1 for i in range(17)},  # more than 16 attributes
+        {"a": {"gt": 0, "gte": 0, "lt": 9, "lte": 9, "$gt": 1}},  # more than 4 operators on one attribute
+        {"a": {"in": list(range(600))}, "b": {"$in": list(range(401))}},  # 1,001 `in` values in all
+    ],
+)
+def test_search_caps_the_filter(alice, raw_filter, query):
+    body = {"namespace_prefix": [], "filter": raw_filter, **({"query": query} if query else {})}
+    assert_validation_error(alice.post(SEARCH, body, format="json"), "filter")
+
+
+@pytest.mark.parametrize("query", [None, "anything"])
+def test_search_takes_a_filter_at_the_caps(alice, query):
+    put_ok(alice, ["user", "alice"], "k", index={"text": "anything at all"})
+    at_caps = {
+        **{f"a{i}": {"gt": -1, "lt": 10, "$gte": -1, "$lte": 10} for i in range(14)},
+        "namespace": {"in": ["user", *[f"x{i}" for i in range(499)]], "$eq": "user", "gte": "2000-01-01T00:00:00Z"},
+        "sub": {"$in": ["alice", *[f"y{i}" for i in range(499)]], "eq": "alice", "lte": 1, "gt": 0},
+    }  # 16 attributes of 4 operators (64 conditions), 1,000 `in` values
+    assert len(at_caps) == 16
+    body = {"namespace_prefix": [], "filter": at_caps, **({"query": query} if query else {})}
+    response = alice.post(SEARCH, body, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["items"] == []  # no such attributes: nothing matches, nothing fails
 
 
 def test_search_rejects_malformed_json(alice):
@@ -460,6 +550,9 @@ ADDRESS_CASES = [
     (["user", "\ud800"], "k"),
     (["a", "b", "c", "d", "e", "f"], "k"),
     (NS, " spaced key "),
+    (NS, "k" * 1024),
+    (NS, "k" * 1025),
+    (NS, "é" * 513),
     ([" spaced ", "segment"], "k"),
 ]
 

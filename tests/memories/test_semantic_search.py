@@ -105,6 +105,67 @@ def test_delete_hides_at_once_and_vectors_go_on_next_cycle(bob, plan):
     assert not MemoryVector.objects.filter(memory__key="gone").exists()
 
 
+def test_a_page_holds_the_live_matches_right_after_deletes(bob, plan):
+    # Issue 21.15: the deleted versions' vectors are still in memory_vectors (the indexer has not run since), and
+    # they are the nearest; they must not take the page's places.
+    put(bob, "best", "harbour crane cargo ship container")
+    put(bob, "second", "harbour crane cargo ship")
+    put(bob, "third", "harbour crane")
+    put(bob, "unrelated", "violin concerto in d minor")
+    indexer.run_cycle()
+    assert [item["key"] for item in search(bob, "harbour crane cargo ship container", limit=3)] == [
+        "best", "second", "third"
+    ]
+    for key in ("best", "second"):
+        assert bob.delete(f"/v1/memories?ns=user&ns=bob&ns=notes&key={key}").status_code == 204
+    assert MemoryVector.objects.filter(memory__key__in=["best", "second"]).count() == 2  # not removed yet
+    items = search(bob, "harbour crane cargo ship container", limit=2)
+    assert [item["key"] for item in items] == ["third", "unrelated"]
+    assert search(bob, "harbour crane cargo ship container", limit=1)[0]["key"] == "third"
+
+
+def test_a_page_holds_the_live_matches_right_after_updates(bob, plan):
+    # The same for superseded versions: their successors have no vectors yet (or none at all, without index).
+    for key, text in (("a", "glacier ice core sample"), ("b", "glacier ice core"), ("c", "glacier ice")):
+        put(bob, key, text)
+    indexer.run_cycle()
+    put(bob, "a", "x", index={})
+    put(bob, "b", "y", index={})
+    assert [item["key"] for item in search(bob, "glacier ice core sample", limit=2)] == ["c"]
+
+
+def test_a_delete_wakes_the_indexer_to_remove_its_vectors(bob, monkeypatch, django_capture_on_commit_callbacks):
+    from apps.core.redis_client import get_client
+    from apps.memories import tasks
+
+    put(bob, "doomed", "sand dune migration")
+    indexer.run_cycle()
+    get_client().delete(indexer.INDEXER._requested_key())
+    calls = []
+    monkeypatch.setattr(tasks.index_pending_memories, "delay", lambda: calls.append(1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert bob.delete("/v1/memories?ns=user&ns=bob&ns=notes&key=absent").status_code == 204
+    assert calls == []  # nothing was deleted: nothing to remove
+    with django_capture_on_commit_callbacks(execute=True):
+        assert bob.delete("/v1/memories?ns=user&ns=bob&ns=notes&key=doomed").status_code == 204
+    assert calls == [1]
+    tasks.index_pending_memories.run()
+    assert not MemoryVector.objects.filter(memory__key="doomed").exists()
+    get_client().delete(indexer.INDEXER._requested_key())
+
+
+def test_a_text_without_direction_is_no_match(bob, plan):
+    # Issue 21.19: the hashing embedder maps a text without words to the zero vector, whose cosine distance is
+    # NaN in pgvector; NaN must never score 1.0 (nor take a place on the page).
+    put(bob, "words", "penguin colony on the ice shelf")
+    put(bob, "punctuation", "x", index={"text": "!!! ???"})
+    indexer.run_cycle()
+    items = search(bob, "penguin colony", limit=10)
+    assert [item["key"] for item in items] == ["words"]
+    assert 0 < items[0]["score"] <= 1
+    assert search(bob, "?!", limit=10) == []  # a query without direction matches nothing
+
+
 def test_expired_memory_disappears_before_and_after_the_sweep(bob):
     put(bob, "brief", "meteor shower tonight", ttl_seconds=3600)
     indexer.run_cycle()
@@ -355,7 +416,7 @@ def test_real_model_ranks_a_paraphrase_first(bob, settings):
     assert items[0]["key"] == "sport"
 
 
-@pytest.mark.parametrize(("threshold", "expected_setting"), [(2000, "enable_indexscan = off"), (2, "hnsw.iterative_scan")])
+@pytest.mark.parametrize(("threshold", "expected_setting"), [(2000, "max_parallel_workers_per_gather = 0"), (2, "hnsw.iterative_scan")])
 def test_plan_follows_the_scope_size(bob, settings, threshold, expected_setting):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext

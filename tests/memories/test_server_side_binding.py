@@ -82,7 +82,7 @@ def test_events_page_is_bound_server_side(bob, stored) -> None:
         ("add", {"n": 2}),
         ("update", {"n": 3}),
     ]
-    _assert_bound_server_side(_last_statement_received(), "SELECT e.seq,", "bob", "other", "'add'")
+    _assert_bound_server_side(_last_statement_received(), "SELECT e.tx,", "bob", "other", "'add'")
 
 
 def test_bound_statements_show_in_the_query_log_with_their_values(bob, stored) -> None:

@@ -218,3 +218,90 @@ def test_concurrent_adds_through_different_conversations_of_one_tree_one_201(tre
     assert count("conversation_memberships", "user_id = %s", ["nico"]) == 1
     for target in targets:
         assert http("nico").get(conv_path(target)).json()["accessLevel"] == "writer"
+
+
+def test_accept_of_a_co_owners_transfer_racing_the_removal_and_lowering_of_that_co_owner(http) -> None:
+    """Issue 21 item 1 under 32 clients on two trees: charlie (primary owner) removes or lowers alice (co-owner) while
+    bob accepts alice's transfer. Either the accept ran first (bob primary owner, charlie manager, alice still owner:
+    charlie, now a manager, may no longer touch her) or a removal/lowering did (the transfer went with alice's
+    authority: every accept 404, charlie still the primary owner). Never both."""
+    charlie = http("charlie")
+    trees = []
+    for _ in range(2):
+        conversation_id = charlie.post(CONVERSATIONS, {"title": "co-owned"}).json()["id"]
+        for user, level in (("alice", "owner"), ("bob", "reader")):
+            response = charlie.post(conv_path(conversation_id, "memberships"), {"userId": user, "accessLevel": level})
+            assert response.status_code == 201, response.text
+        response = http("alice").post(TRANSFERS, {"conversationId": conversation_id, "newOwnerUserId": "bob"})
+        assert response.status_code == 201, response.text
+        trees.append((conversation_id, response.json()["id"]))
+
+    kinds = ["accept", "remove", "accept", "lower"] * (CLIENTS // 4)
+    calls = []
+    for i, kind in enumerate(kinds):
+        conversation_id, transfer_id = trees[(i // 4) % 2]
+        alice_path = conv_path(conversation_id, "memberships", "alice")
+        if kind == "accept":
+            calls.append(lambda c=http("bob"), t=transfer_id: c.post(f"{TRANSFERS}/{t}/accept"))
+        elif kind == "remove":
+            calls.append(lambda c=http("charlie"), p=alice_path: c.delete(p))
+        else:
+            calls.append(lambda c=http("charlie"), p=alice_path: c.patch(p, {"accessLevel": "writer"}))
+    responses = run_concurrently(calls)
+    assert_no_5xx(responses)
+
+    for tree_index, (conversation_id, _transfer_id) in enumerate(trees):
+        mine = [(kind, r.status_code) for i, (kind, r) in enumerate(zip(kinds, responses, strict=True))
+                if (i // 4) % 2 == tree_index]
+        accepts = sorted(code for kind, code in mine if kind == "accept")
+        changes = [code for kind, code in mine if kind != "accept"]
+        final = levels(conversation_id)
+        (primary,) = sql("SELECT DISTINCT owner_user_id FROM conversations WHERE root_id = %s", [conversation_id])[0]
+        if 204 in accepts:
+            assert accepts == [204] + [404] * (len(accepts) - 1)
+            assert set(changes) == {403}  # charlie is a manager by then; alice an owner
+            assert primary == "bob"
+            assert final == {"bob": "owner", "charlie": "manager", "alice": "owner"}
+        else:
+            assert set(accepts) == {404}
+            assert 204 in changes or 200 in changes
+            assert set(changes) <= {200, 204, 404}
+            assert primary == "charlie"
+            assert final["charlie"] == "owner" and final["bob"] == "reader"
+            assert final.get("alice") in (None, "writer")
+        assert Counter(final.values())["owner"] in (1, 2)
+    assert count("conversation_ownership_transfers") == 0
+
+
+def test_delete_racing_membership_changes_archives_exactly_the_members_it_saw(tree, http) -> None:
+    """Issue 21 item 3 under 32 clients: the owner deletes the conversation while the manager adds members and the
+    owner lowers the reader. Whatever ran before the delete is what the admin view shows afterwards; nothing is left
+    live, and nothing done after the delete landed."""
+    conversation_id, _ = tree
+    calls = []
+    for i in range(CLIENTS):
+        if i % 8 == 0:
+            calls.append(lambda c=http("olivia"): c.delete(conv_path(conversation_id)))
+        elif i % 8 == 1:
+            calls.append(lambda c=http("olivia"), i=i: c.patch(conv_path(conversation_id, "memberships", "rita"),
+                                                               {"accessLevel": "writer" if i % 16 == 1 else "reader"}))
+        else:
+            calls.append(lambda c=http("mandy"), i=i: c.post(conv_path(conversation_id, "memberships"),
+                                                             {"userId": f"late{i}", "accessLevel": "reader"}))
+    responses = run_concurrently(calls)
+    assert_no_5xx(responses)
+    deletes = sorted(r.status_code for i, r in enumerate(responses) if i % 8 == 0)
+    assert deletes == [204] + [404] * (len(deletes) - 1)
+    added = {f"late{i}" for i, r in enumerate(responses) if i % 8 > 1 and r.status_code == 201}
+    assert {r.status_code for i, r in enumerate(responses) if i % 8 > 1} <= {201, 404}
+    assert levels(conversation_id) == {}
+    archived = dict(sql("SELECT user_id, access_level FROM conversation_memberships_archive WHERE root_id = %s",
+                        [conversation_id]))
+    assert set(archived) == {"olivia", "mandy", "rita"} | added
+    assert archived["olivia"] == "owner" and archived["mandy"] == "manager"
+    admin = http("adam", roles=("user", "admin"))
+    response = admin.get(f"/v1/admin/conversations/{conversation_id}/memberships?limit=1000")
+    assert response.status_code == 200, response.text
+    assert {m["userId"]: m["accessLevel"] for m in response.json()["data"]} == archived
+    for user in archived:
+        assert http(user).get(conv_path(conversation_id)).status_code == 404

@@ -117,7 +117,10 @@ def test_delete_conversation_removes_memberships_and_transfers(client_for):
     assert bob.delete(f"{CONVERSATIONS}/{cid}").status_code == 204
     assert bob.get(f"{CONVERSATIONS}/{cid}").status_code == 404
     assert charlie.get(f"{TRANSFERS}/{transfer['id']}").status_code == 404
-    assert client_for("alice").get(f"/v1/admin/conversations/{cid}/memberships").json()["data"] == []
+    # The admin view still shows who had access (issue 21); it grants nothing.
+    members = client_for("alice").get(f"/v1/admin/conversations/{cid}/memberships").json()["data"]
+    assert {(m["userId"], m["accessLevel"]) for m in members} == {("bob", "owner"), ("charlie", "manager")}
+    assert charlie.get(f"{CONVERSATIONS}/{cid}/memberships").status_code == 404
     admin_view = client_for("alice").get(f"/v1/admin/conversations/{cid}")
     assert admin_view.status_code == 200 and admin_view.json()["deletedAt"] is not None
     assert bob.get("/v1/admin/conversations").status_code == 403

@@ -26,6 +26,7 @@ from tests.conversations.support import (
     levels,
     new_id,
     snapshot,
+    sql,
     start_transfer,
     url,
 )
@@ -305,3 +306,90 @@ def test_malformed_initiate_bodies_are_400_and_write_nothing(shared: Shared, bod
 def test_malformed_json_is_400(shared: Shared) -> None:
     response = shared[OWNER].post(TRANSFERS, "{not json", content_type="application/json")
     assert_validation_error(response)
+
+
+# --- A transfer carries its sender's authority (issue 21 item 1) ----------------------------------------------------
+
+
+@pytest.fixture
+def co_owned(client_for) -> tuple[str, dict]:
+    """The issue's tree: charlie (primary owner) with alice (co-owner) and bob (reader); alice has started a transfer
+    to bob. Returns (conversation id, clients by name)."""
+    clients = {name: client_for(name) for name in ("charlie", "alice", "bob")}
+    conversation = create(clients["charlie"], title="co-owned")
+    add_member(clients["charlie"], conversation["id"], "alice", "owner")
+    add_member(clients["charlie"], conversation["id"], "bob", "reader")
+    response = start_transfer(clients["alice"], conversation["id"], "bob")
+    assert response.status_code == 201, response.content
+    clients["transfer"] = response.json()
+    return conversation["id"], clients
+
+
+def _owner_user_id(conversation_id: str) -> str:
+    return sql("SELECT owner_user_id FROM conversations WHERE id = %s", [conversation_id])[0][0]
+
+
+def test_removing_the_sender_ends_their_transfer_and_accept_is_404(co_owned) -> None:
+    conversation_id, clients = co_owned
+    transfer_id = clients["transfer"]["id"]
+    assert clients["charlie"].delete(conv_path(conversation_id, "memberships", "alice")).status_code == 204
+    # Gone with alice's membership: not listed, not readable, and accepting it changes nothing.
+    assert clients["bob"].get(TRANSFERS).json()["data"] == []
+    assert_error(clients["bob"].get(f"{TRANSFERS}/{transfer_id}"), 404, "not_found")
+    before = snapshot()
+    assert_error(clients["bob"].post(f"{TRANSFERS}/{transfer_id}/accept"), 404, "not_found")
+    assert snapshot() == before
+    assert levels(conversation_id) == {"charlie": "owner", "bob": "reader"}
+    assert _owner_user_id(conversation_id) == "charlie"
+
+
+def test_sender_leaving_ends_their_transfer(co_owned) -> None:
+    conversation_id, clients = co_owned
+    assert clients["alice"].delete(conv_path(conversation_id, "memberships", "alice")).status_code == 204
+    assert_error(clients["bob"].post(f"{TRANSFERS}/{clients['transfer']['id']}/accept"), 404, "not_found")
+    assert levels(conversation_id) == {"charlie": "owner", "bob": "reader"}
+    assert count("conversation_ownership_transfers") == 0
+
+
+@pytest.mark.parametrize("level", ["manager", "writer", "reader"])
+def test_lowering_the_sender_below_owner_ends_their_transfer(co_owned, level: str) -> None:
+    conversation_id, clients = co_owned
+    response = clients["charlie"].patch(conv_path(conversation_id, "memberships", "alice"), {"accessLevel": level},
+                                        format="json")
+    assert response.status_code == 200, response.content
+    assert count("conversation_ownership_transfers") == 0
+    assert_error(clients["bob"].post(f"{TRANSFERS}/{clients['transfer']['id']}/accept"), 404, "not_found")
+    assert levels(conversation_id) == {"charlie": "owner", "alice": level, "bob": "reader"}
+    assert _owner_user_id(conversation_id) == "charlie"
+
+
+def test_patching_the_sender_to_owner_again_keeps_their_transfer(co_owned) -> None:
+    conversation_id, clients = co_owned
+    response = clients["charlie"].patch(conv_path(conversation_id, "memberships", "alice"), {"accessLevel": "owner"},
+                                        format="json")
+    assert response.status_code == 200, response.content
+    assert count("conversation_ownership_transfers") == 1
+
+
+def test_accept_rechecks_the_senders_level(co_owned) -> None:
+    """A transfer whose sender lost owner level by any way (here: a row from before this rule, lowered in the table)
+    is void at accept: 404, deleted, and nobody's level or ownerUserId changes."""
+    conversation_id, clients = co_owned
+    sql("UPDATE conversation_memberships SET access_level = 'writer' WHERE user_id = 'alice'")
+    assert_error(clients["bob"].post(f"{TRANSFERS}/{clients['transfer']['id']}/accept"), 404, "not_found")
+    assert levels(conversation_id) == {"charlie": "owner", "alice": "writer", "bob": "reader"}
+    assert _owner_user_id(conversation_id) == "charlie"
+    assert count("conversation_ownership_transfers") == 0
+
+
+def test_a_co_owners_valid_transfer_moves_primary_ownership_and_demotes_only_the_previous_primary_owner(
+    co_owned,
+) -> None:
+    """D6 for a co-owner's transfer: the recipient becomes owner and ownerUserId, the previous primary owner becomes
+    manager, the co-owner who sent it stays owner; nobody else changes."""
+    conversation_id, clients = co_owned
+    add_member(clients["charlie"], conversation_id, "dave", "writer")
+    assert clients["bob"].post(f"{TRANSFERS}/{clients['transfer']['id']}/accept").status_code == 204
+    assert levels(conversation_id) == {"bob": "owner", "charlie": "manager", "alice": "owner", "dave": "writer"}
+    assert _owner_user_id(conversation_id) == "bob"
+    assert clients["bob"].get(conv_path(conversation_id)).json()["ownerUserId"] == "bob"

@@ -23,7 +23,8 @@ class ServiceAuthentication(BaseAuthentication):
       endpoints, while endpoints that allow anonymous callers keep working).
     - An Authorization header that is not ``Bearer <token>``, or a token that fails verification: 401.
     - An ``X-API-Key`` header is optional, but when present it must name an active key, else 401; its client
-      becomes ``request.user.client_id``.
+      becomes ``request.user.client_id``. An empty or blank one counts as absent (D10: the upstream project's
+      clients send the header empty when no key is configured).
     - An API key **without** a Bearer token is 401: the key identifies an application, never a user, and every
       call needs a user.
 
@@ -42,6 +43,8 @@ def authenticate_credentials(authorization: str, api_key: str | None) -> tuple[P
     """The rules of :class:`ServiceAuthentication` on raw header values, for callers outside DRF (the ASGI event
     stream). None = anonymous; raises ``ApiError`` (401) for bad credentials. Synchronous: it may read the API-key
     table and fetch the issuer's keys."""
+    if api_key is not None and not api_key.strip():
+        api_key = None
     if not authorization:
         if api_key is not None:
             raise errors.unauthenticated("An API key must be sent together with a Bearer token.")

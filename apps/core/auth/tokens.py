@@ -37,6 +37,16 @@ _MAX_TOKEN_LENGTH = 16 * 1024
 _MAX_DOCUMENT_BYTES = 1024 * 1024
 _NEVER_ROLE_CLAIMS = frozenset({"scope", "scp"})  # OAuth scopes say what a client may ask for, not who a user is
 
+# What a signed token may carry (issue 21.6). The issuer signs whatever its mappers put in a token, so its claims are
+# input like any other: a user id ends up in PostgreSQL text columns, Redis keys and log lines, the claims reach the
+# policies as input, the time claims are compared and turned into timers. The token's length (_MAX_TOKEN_LENGTH)
+# bounds the total size.
+MAX_USER_ID_CHARS = 256
+MAX_ROLE_CHARS = 1024
+# 1970 to the end of year 9999: what a timestamp converts to a datetime (and a float, and a timer) without overflow.
+_TIME_CLAIMS = ("exp", "nbf", "iat")
+_MAX_TIMESTAMP = 253_402_300_799
+
 # Indirection so tests can move the clock instead of sleeping through the refresh interval.
 _monotonic = time.monotonic
 
@@ -106,6 +116,44 @@ def user_id_from_claims(claims: Mapping[str, Any], names: Iterable[str]) -> str 
         value = claims.get(name.strip())
         if isinstance(value, str) and value.strip():
             return value
+    return None
+
+
+def _has_control_characters(text: str) -> bool:
+    # C0, DEL and C1: never part of a name, and NUL is refused by PostgreSQL text columns.
+    return any(ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F for char in text)
+
+
+def claims_problem(claims: Mapping[str, Any]) -> str | None:
+    """Why verified claims are unusable here, or None: every value JSON the policies can take (no integer beyond
+    64 bits, no NaN or infinity, no lone surrogate or NUL, nested at most 32 levels), time claims numbers from 1970
+    to the year 9999."""
+    from apps.core.serializers import json_value_problem
+
+    problem = json_value_problem(dict(claims))
+    if problem:
+        return problem
+    for name in _TIME_CLAIMS:
+        value = claims.get(name)
+        if name in claims and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= _MAX_TIMESTAMP
+        ):
+            return f"{name} must be a timestamp"
+    return None
+
+
+def user_id_problem(user_id: str) -> str | None:
+    if len(user_id) > MAX_USER_ID_CHARS:
+        return f"is longer than {MAX_USER_ID_CHARS} characters"
+    if _has_control_characters(user_id):
+        return "contains control characters"
+    return None
+
+
+def roles_problem(roles: Iterable[str]) -> str | None:
+    for role in roles:
+        if len(role) > MAX_ROLE_CHARS or _has_control_characters(role):
+            return f"roles must be at most {MAX_ROLE_CHARS} characters without control characters"
     return None
 
 
@@ -379,7 +427,8 @@ def _verify_uncached(token: str, *, check_audience: bool) -> VerifiedToken:
 
     issuer, key_source = trusted_issuer()
     key = key_source.get_key(kid, alg)
-    audience: Sequence[str] = [a for a in settings.OIDC_AUDIENCE if a] if check_audience else []
+    checked = check_audience and settings.OIDC_AUDIENCE_CHECK
+    audience: Sequence[str] = [a for a in settings.OIDC_AUDIENCE if a] if checked else []
     base = issuer.rstrip("/")
     try:
         claims = jwt.decode(
@@ -405,7 +454,18 @@ def _verify_uncached(token: str, *, check_audience: bool) -> VerifiedToken:
     except jwt.PyJWTError:
         raise TokenError("The access token's signature or claims are invalid.") from None
 
+    # Only now, with the signature checked: until then the claims are anybody's text.
+    problem = claims_problem(claims)
+    if problem:
+        raise TokenError(f"The access token's claims are malformed: {problem}.")
     user_id = user_id_from_claims(claims, settings.OIDC_USER_ID_CLAIMS)
     if user_id is None:
         raise TokenError("The access token names no user.")
-    return VerifiedToken(user_id=user_id, roles=roles_from_claims(claims, settings.OIDC_ROLE_CLAIMS), claims=claims)
+    problem = user_id_problem(user_id)
+    if problem:
+        raise TokenError(f"The access token's user id {problem}.")
+    roles = roles_from_claims(claims, settings.OIDC_ROLE_CLAIMS)
+    problem = roles_problem(roles)
+    if problem:
+        raise TokenError(f"The access token's {problem}.")
+    return VerifiedToken(user_id=user_id, roles=roles, claims=claims)

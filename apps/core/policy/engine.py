@@ -27,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from apps.core import errors
 from apps.core.metrics import POLICY_DECISIONS, POLICY_LATENCY
+from apps.core.serializers import json_value_problem
 
 if TYPE_CHECKING:
     from apps.core.auth.principal import Principal
@@ -75,20 +76,30 @@ class Decision:
 @dataclass(frozen=True)
 class FilterResult:
     """``namespace_prefix`` replaces the requested prefix and ``attribute_filter`` is ANDed with the caller's filter
-    (D4); ``None`` means the policy did not constrain that part."""
+    (D4). Both are always set: a policy that leaves one undefined is a policy_error (fail closed)."""
 
-    namespace_prefix: list[str] | None
-    attribute_filter: dict[str, Any] | None
+    namespace_prefix: list[str]
+    attribute_filter: dict[str, Any]
 
 
 def policy_error(message: str = "Memory policy evaluation failed.") -> errors.ApiError:
     return errors.ApiError(500, message, code="policy_error")
 
 
+def role_names() -> dict[str, str]:
+    """``input.context.role_names``: the role names this service is configured with (ADMIN_ROLE, AUDITOR_ROLE,
+    INDEXER_ROLE), so a policy tests ``input.context.role_names.admin in roles`` instead of hard-coding "admin"."""
+    return {"admin": settings.ADMIN_ROLE, "auditor": settings.AUDITOR_ROLE, "indexer": settings.INDEXER_ROLE}
+
+
 def policy_context(principal: Principal) -> dict[str, Any]:
-    """``input.context`` for every memory policy: user id, client id when an API key was used, and the claims with
-    ``roles`` flattened (D2)."""
-    context: dict[str, Any] = {"user_id": principal.user_id, "jwt_claims": principal.policy_claims()}
+    """``input.context`` for every memory policy: user id, client id when an API key was used, the claims with
+    ``roles`` flattened (D2), and the service's configured role names (``role_names``)."""
+    context: dict[str, Any] = {
+        "user_id": principal.user_id,
+        "jwt_claims": principal.policy_claims(),
+        "role_names": role_names(),
+    }
     if principal.client_id:
         context["client_id"] = principal.client_id
     return context
@@ -120,7 +131,10 @@ class PolicyEngine(ABC):
 
     def filter(self, input: dict[str, Any]) -> FilterResult:
         """data.memories.filter (the whole package). Undefined is an error, not "no constraint": it means the
-        package is missing (e.g. a sidecar without the policy), and reading it as unconstrained would widen search."""
+        package is missing (e.g. a sidecar without the policy), and reading it as unconstrained would widen search.
+        So is a package that leaves ``namespace_prefix`` or ``attribute_filter`` undefined (or null) for this
+        input: a rule that matched no case must not read as "no constraint" either (a policy that means none says
+        so: ``namespace_prefix := input.namespace_prefix``, ``attribute_filter := {}``)."""
         value = self._timed(FILTER, input)
         if value is UNDEFINED:
             POLICY_DECISIONS.labels(FILTER, "error").inc()
@@ -200,26 +214,31 @@ def _as_attributes(value: Any) -> dict[str, Any]:
     for key, item in value.items():
         if not _is_scalar(item):
             raise _Malformed(f"attribute {key!r} must be a JSON scalar, got {type(item).__name__}")
+    # Stored in jsonb (memories, vectors, events): no NUL in a name or a string, nothing UTF-8 cannot encode.
+    # Caught here it is the policy's error, never a database error, and nothing is written.
+    problem = json_value_problem(value, int64=False)
+    if problem:
+        raise _Malformed(f"attributes cannot be stored: {problem}")
     return dict(value)
 
 
 def _as_filter(value: Any) -> FilterResult:
     if not isinstance(value, dict):
         raise _Malformed(f"filter result must be an object, got {type(value).__name__}")
-    prefix = value.get("namespace_prefix")
-    if prefix is not None and not (isinstance(prefix, list) and all(isinstance(s, str) for s in prefix)):
+    for rule in ("namespace_prefix", "attribute_filter"):
+        # Fail closed: undefined would otherwise mean "keep the requested prefix" / "no attribute filter".
+        if value.get(rule) is None:
+            raise _Malformed(f"{rule} is undefined for this input (define it for every input; fail closed)")
+    prefix = value["namespace_prefix"]
+    if not (isinstance(prefix, list) and all(isinstance(s, str) for s in prefix)):
         raise _Malformed("namespace_prefix must be an array of strings")
-    attribute_filter = value.get("attribute_filter")
-    if attribute_filter is not None:
-        if not isinstance(attribute_filter, dict):
-            raise _Malformed("attribute_filter must be an object")
-        for key, condition in attribute_filter.items():
-            if not _is_condition(condition):
-                raise _Malformed(f"attribute_filter[{key!r}] must be a scalar or an operator object of scalars")
-    return FilterResult(
-        namespace_prefix=list(prefix) if prefix is not None else None,
-        attribute_filter=dict(attribute_filter) if attribute_filter is not None else None,
-    )
+    attribute_filter = value["attribute_filter"]
+    if not isinstance(attribute_filter, dict):
+        raise _Malformed("attribute_filter must be an object")
+    for key, condition in attribute_filter.items():
+        if not _is_condition(condition):
+            raise _Malformed(f"attribute_filter[{key!r}] must be a scalar or an operator object of scalars")
+    return FilterResult(namespace_prefix=list(prefix), attribute_filter=dict(attribute_filter))
 
 
 def _is_condition(condition: Any) -> bool:

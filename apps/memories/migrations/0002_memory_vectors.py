@@ -11,6 +11,8 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('memories', '0001_initial'),
+        # The vector column needs the pgvector extension, which core's first migration creates.
+        ('core', '0001_pgvector'),
     ]
 
     operations = [

@@ -100,6 +100,12 @@ class Command(BaseCommand):
             f"Memory Service on {base}   (API docs: {base}/docs, readiness: {base}/readyz)",
             f"Data directory: {settings.DATA_DIR}",
         ]
+        host = os.environ.get("HOST") or "127.0.0.1"  # the Procfile's default
+        if settings.DEV_IDP_ENABLED and host not in ("127.0.0.1", "localhost", "::1"):
+            lines.append(
+                f"WARNING: listening on {host} with the development identity provider on: anyone who can reach "
+                "this port can get an admin token."
+            )
         if settings.DEV_IDP_ENABLED:
             lines += [
                 "Dev token (users alice, bob, charlie; password = user name):",

@@ -37,7 +37,7 @@ class Command(BaseCommand):
         provider = get_provider()
         model = vector_index.model_tag(provider)
         self.stdout.write(f"Embedding model: {model}")
-        vector_index.ensure_index(provider.dimension)
+        vector_index.create_index(provider.dimension)
 
         marked = 0
         while True:

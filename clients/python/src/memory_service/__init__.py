@@ -1,0 +1,105 @@
+"""Python client of Memory Service.
+
+>>> from memory_service import Client, OAuthToken
+>>> client = Client("http://localhost:8080", token=OAuthToken.dev_idp("http://localhost:8080", "bob"))
+>>> client.put_memory(("user", "bob", "prefs"), "coffee", {"likes": "flat white"})
+
+:class:`Client` and :class:`AsyncClient` have the same methods (one per operation of the service's OpenAPI schema,
+plus ``iter_*`` twins that follow cursors). Errors are :class:`MemoryServiceError` subclasses.
+"""
+
+__version__ = "0.1.0"
+
+from memory_service._base import RetryPolicy
+from memory_service._operations import OPERATIONS
+from memory_service.async_client import AsyncAttachmentDownload, AsyncClient, AsyncEventStream
+from memory_service.auth import OAuthToken, TokenSource
+from memory_service.client import AttachmentDownload, Client, EventStream
+from memory_service.errors import (
+    APIConnectionError,
+    APIError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    MemoryServiceError,
+    NotFoundError,
+    OAuthError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitedError,
+    ServerError,
+    UnavailableError,
+    ValidationError,
+)
+from memory_service.models import (
+    AdminConversation,
+    Attachment,
+    Conversation,
+    DownloadUrl,
+    Entry,
+    Fork,
+    Health,
+    HistoryItem,
+    IndexItem,
+    Me,
+    Membership,
+    Memory,
+    MemoryEvent,
+    MemorySearchItem,
+    MemoryWriteResult,
+    OwnershipTransfer,
+    Page,
+    SearchResult,
+    StreamEvent,
+    UnindexedEntry,
+)
+
+__all__ = [
+    "OPERATIONS",
+    "APIConnectionError",
+    "APIError",
+    "APITimeoutError",
+    "AdminConversation",
+    "AsyncAttachmentDownload",
+    "AsyncClient",
+    "AsyncEventStream",
+    "Attachment",
+    "AttachmentDownload",
+    "AuthenticationError",
+    "BadRequestError",
+    "Client",
+    "ConflictError",
+    "Conversation",
+    "DownloadUrl",
+    "Entry",
+    "EventStream",
+    "Fork",
+    "Health",
+    "HistoryItem",
+    "IndexItem",
+    "Me",
+    "Membership",
+    "Memory",
+    "MemoryEvent",
+    "MemorySearchItem",
+    "MemoryServiceError",
+    "MemoryWriteResult",
+    "NotFoundError",
+    "OAuthError",
+    "OAuthToken",
+    "OwnershipTransfer",
+    "Page",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "RateLimitedError",
+    "RetryPolicy",
+    "SearchResult",
+    "ServerError",
+    "StreamEvent",
+    "TokenSource",
+    "UnavailableError",
+    "UnindexedEntry",
+    "ValidationError",
+    "__version__",
+]

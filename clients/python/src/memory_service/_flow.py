@@ -1,0 +1,105 @@
+"""Adapter logic written once for the blocking and the awaited client.
+
+The LangGraph and LangChain adapters need every operation twice (``get`` and ``aget``, ``batch`` and ``abatch``),
+and most operations are several calls with logic between them (paging until a page is full, reading a thread's
+entries page by page). A *flow* is a generator that yields the :class:`~memory_service._base.Call` it needs next and
+receives its answer (or has the call's exception thrown into it); :func:`run` drives it with a :class:`Client`,
+:func:`arun` with an :class:`AsyncClient`. The logic lives in the flow, the I/O in the two drivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Generator
+from typing import Any, TypeVar
+
+from memory_service._base import Call
+from memory_service.async_client import AsyncClient
+from memory_service.client import Client
+
+T = TypeVar("T")
+
+Flow = Generator[Call[Any], Any, T]
+
+
+def run(client: Client, flow: Flow[T]) -> T:
+    """Drive ``flow`` with the blocking client; its return value is the answer."""
+    try:
+        call = next(flow)
+        while True:
+            try:
+                answer = client._run(call)
+            except Exception as exc:  # the flow decides: it may catch (a 404 is "absent") or let it propagate
+                call = flow.throw(exc)
+            else:
+                call = flow.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def arun(client: AsyncClient, flow: Flow[T]) -> T:
+    """Drive ``flow`` with the awaited client."""
+    try:
+        call = next(flow)
+        while True:
+            try:
+                answer = await client._run(call)
+            except Exception as exc:
+                call = flow.throw(exc)
+            else:
+                call = flow.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+class Clients:
+    """The blocking and the awaited client an adapter uses: given, or made on first use from ``base_url`` and the
+    credentials. A made :class:`AsyncClient` belongs to the event loop that made it (httpx pools connections per
+    loop), so a call from another loop (a second ``asyncio.run``) gets a fresh one."""
+
+    def __init__(
+        self,
+        client: Client | None,
+        async_client: AsyncClient | None,
+        base_url: str | None,
+        client_kwargs: dict[str, Any],
+    ) -> None:
+        if client is None and async_client is None and base_url is None:
+            raise TypeError("give a client, an async_client, or a base_url (with token= / api_key=)")
+        self._client = client
+        self._async_client = async_client
+        self._base_url = base_url or (client.base_url if client else async_client.base_url)  # type: ignore[union-attr]
+        self._kwargs = client_kwargs
+        self._made_sync = False
+        self._made_async: tuple[object, AsyncClient] | None = None  # (its event loop, the client)
+        self._lock = threading.Lock()
+
+    @property
+    def sync(self) -> Client:
+        with self._lock:  # first calls from several threads make one client
+            if self._client is None:
+                self._client = Client(self._base_url, **self._kwargs)
+                self._made_sync = True
+            return self._client
+
+    @property
+    def async_(self) -> AsyncClient:
+        if self._async_client is not None:
+            return self._async_client
+        loop = asyncio.get_running_loop()
+        if self._made_async is None or self._made_async[0] is not loop:
+            # A client of a loop that has ended cannot be closed any more; dropping it releases its sockets.
+            self._made_async = (loop, AsyncClient(self._base_url, **self._kwargs))
+        return self._made_async[1]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._made_sync and self._client is not None:
+                self._client.close()
+                self._client, self._made_sync = None, False
+
+    async def aclose(self) -> None:
+        if self._made_async is not None and self._made_async[0] is asyncio.get_running_loop():
+            made, self._made_async = self._made_async[1], None
+            await made.aclose()

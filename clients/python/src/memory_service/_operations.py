@@ -1,0 +1,543 @@
+"""Every operation of the service as a :class:`~memory_service._base.Call`: its request (path, query, body) and
+how its answer is read. The clients' methods of the same names send these; :data:`OPERATIONS` maps each
+``(method, path)`` of the OpenAPI schema to its client method (a test compares it with the live ``/openapi.json``).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import IO, Any, TypeVar
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from memory_service._base import Call
+from memory_service.models import (
+    AccessLevel,
+    AdminConversation,
+    Attachment,
+    Channel,
+    Conversation,
+    DownloadUrl,
+    Entry,
+    Filter,
+    Fork,
+    Health,
+    IndexItem,
+    ListMode,
+    Me,
+    Membership,
+    Memory,
+    MemoryEvent,
+    MemoryEventKind,
+    MemorySearchItem,
+    MemoryWriteResult,
+    Namespace,
+    OwnershipTransfer,
+    Page,
+    SearchResult,
+    SearchType,
+    TransferRole,
+    UnindexedEntry,
+)
+
+M = TypeVar("M")
+Id = str | uuid.UUID
+FileInput = bytes | bytearray | memoryview | str | os.PathLike[str] | IO[bytes]
+
+# (HTTP method, OpenAPI path) -> the Client / AsyncClient method that performs it.
+OPERATIONS: dict[tuple[str, str], str] = {
+    ("GET", "/healthz"): "healthz",
+    ("GET", "/readyz"): "readyz",
+    ("GET", "/v1/me"): "me",
+    # Memories
+    ("PUT", "/v1/memories"): "put_memory",
+    ("GET", "/v1/memories"): "get_memory",
+    ("DELETE", "/v1/memories"): "delete_memory",
+    ("POST", "/v1/memories/search"): "search_memories",
+    ("GET", "/v1/memories/namespaces"): "list_namespaces",
+    ("GET", "/v1/memories/events"): "list_memory_events",
+    # Conversations
+    ("GET", "/v1/conversations"): "list_conversations",
+    ("POST", "/v1/conversations"): "create_conversation",
+    ("GET", "/v1/conversations/{conversationId}"): "get_conversation",
+    ("PATCH", "/v1/conversations/{conversationId}"): "update_conversation",
+    ("DELETE", "/v1/conversations/{conversationId}"): "delete_conversation",
+    ("GET", "/v1/conversations/{conversationId}/entries"): "list_entries",
+    ("POST", "/v1/conversations/{conversationId}/entries"): "append_entry",
+    ("GET", "/v1/conversations/{conversationId}/forks"): "list_forks",
+    ("POST", "/v1/conversations/search"): "search_conversations",
+    ("POST", "/v1/conversations/index"): "index_entries",
+    ("GET", "/v1/conversations/unindexed"): "list_unindexed",
+    # Memberships and ownership transfers
+    ("GET", "/v1/conversations/{conversationId}/memberships"): "list_memberships",
+    ("POST", "/v1/conversations/{conversationId}/memberships"): "add_membership",
+    ("PATCH", "/v1/conversations/{conversationId}/memberships/{userId}"): "update_membership",
+    ("DELETE", "/v1/conversations/{conversationId}/memberships/{userId}"): "remove_membership",
+    ("GET", "/v1/ownership-transfers"): "list_transfers",
+    ("POST", "/v1/ownership-transfers"): "create_transfer",
+    ("GET", "/v1/ownership-transfers/{transferId}"): "get_transfer",
+    ("DELETE", "/v1/ownership-transfers/{transferId}"): "delete_transfer",
+    ("POST", "/v1/ownership-transfers/{transferId}/accept"): "accept_transfer",
+    # Attachments
+    ("POST", "/v1/attachments"): "upload_attachment",
+    ("GET", "/v1/attachments/{id}"): "download_attachment",
+    ("DELETE", "/v1/attachments/{id}"): "delete_attachment",
+    ("GET", "/v1/attachments/{id}/download-url"): "attachment_download_url",
+    ("GET", "/v1/attachments/download/{token}/{filename}"): "download_signed",
+    # Live events
+    ("GET", "/v1/events"): "events",
+    # Admin (auditor or admin role)
+    ("GET", "/v1/admin/conversations"): "admin_list_conversations",
+    ("GET", "/v1/admin/conversations/{conversationId}"): "admin_get_conversation",
+    ("GET", "/v1/admin/conversations/{conversationId}/entries"): "admin_list_entries",
+    ("GET", "/v1/admin/conversations/{conversationId}/memberships"): "admin_list_memberships",
+    ("GET", "/v1/admin/conversations/{conversationId}/forks"): "admin_list_forks",
+    ("POST", "/v1/admin/conversations/search"): "admin_search_conversations",
+    ("GET", "/v1/admin/attachments"): "admin_list_attachments",
+    ("GET", "/v1/admin/attachments/{id}"): "admin_download_attachment",
+}
+
+
+# --- Reading answers --------------------------------------------------------------------------------------------
+
+
+def _none(response: httpx.Response) -> None:
+    return None
+
+
+def _model(from_json: Callable[[Any], M]) -> Callable[[httpx.Response], M]:
+    return lambda response: from_json(response.json())
+
+
+def _page(from_json: Callable[[Any], M], items: str = "data", cursor: str = "afterCursor") -> Callable[[httpx.Response], Page[M]]:
+    def parse(response: httpx.Response) -> Page[M]:
+        body = response.json()
+        return Page([from_json(item) for item in body[items]], body.get(cursor))
+
+    return parse
+
+
+# --- Building requests ------------------------------------------------------------------------------------------
+
+
+def _segment(value: Id, name: str) -> str:
+    text = str(value)
+    if not text:
+        raise ValueError(f"{name} must not be empty")
+    return quote(text, safe="")
+
+
+def _namespace(namespace: Sequence[str], name: str = "namespace") -> list[str]:
+    if isinstance(namespace, str):
+        raise TypeError(f"{name} is a sequence of strings (e.g. ('user', 'bob')), not one string")
+    return list(namespace)
+
+
+def _query(**params: Any) -> list[tuple[str, str]]:
+    """Query parameters without the unset ones; lists repeat the parameter, booleans are true/false."""
+    query: list[tuple[str, str]] = []
+    for name, value in params.items():
+        if value is None:
+            continue
+        if isinstance(value, list | tuple):
+            query.extend((name, str(item)) for item in value)
+        elif isinstance(value, bool):
+            query.append((name, "true" if value else "false"))
+        elif isinstance(value, datetime):
+            query.append((name, value.isoformat()))
+        else:
+            query.append((name, str(value)))
+    return query
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _memory_address(namespace: Sequence[str], key: str) -> list[tuple[str, str]]:
+    return [*(("ns", segment) for segment in _namespace(namespace)), ("key", key)]
+
+
+# --- Identity and health ----------------------------------------------------------------------------------------
+
+
+def me() -> Call[Me]:
+    return Call("GET", "/v1/me", _model(Me.from_json), idempotent=True)
+
+
+def healthz() -> Call[Health]:
+    return Call("GET", "/healthz", lambda r: Health.from_json(r.json(), r.status_code), idempotent=True,
+                authenticated=False)
+
+
+def readyz() -> Call[Health]:
+    # A 503 is the answer "not ready" (with the failing parts), not an error to retry.
+    return Call("GET", "/readyz", lambda r: Health.from_json(r.json(), r.status_code), authenticated=False,
+                accept=frozenset({503}))
+
+
+# --- Memories ---------------------------------------------------------------------------------------------------
+
+
+def put_memory(
+    namespace: Sequence[str], key: str, value: Mapping[str, Any], *, index: Mapping[str, str] | None = None,
+    ttl_seconds: int | None = None,
+) -> Call[MemoryWriteResult]:
+    body = _body(namespace=_namespace(namespace), key=key, value=dict(value),
+                 index=None if index is None else dict(index), ttl_seconds=ttl_seconds)
+    return Call("PUT", "/v1/memories", _model(MemoryWriteResult.from_json), json=body, idempotent=True)
+
+
+def get_memory(namespace: Sequence[str], key: str) -> Call[Memory]:
+    return Call("GET", "/v1/memories", _model(Memory.from_json), params=_memory_address(namespace, key),
+                idempotent=True)
+
+
+def delete_memory(namespace: Sequence[str], key: str) -> Call[None]:
+    return Call("DELETE", "/v1/memories", _none, params=_memory_address(namespace, key), idempotent=True)
+
+
+def search_memories(
+    namespace_prefix: Sequence[str], *, query: str | None = None, filter: Filter | None = None,
+    limit: int | None = None, offset: int | None = None,
+) -> Call[list[MemorySearchItem]]:
+    body = _body(namespace_prefix=_namespace(namespace_prefix, "namespace_prefix"), query=query,
+                 filter=None if filter is None else dict(filter), limit=limit, offset=offset)
+    return Call("POST", "/v1/memories/search",
+                lambda r: [MemorySearchItem.from_json(item) for item in r.json()["items"]], json=body,
+                idempotent=True)
+
+
+def list_namespaces(
+    *, prefix: Sequence[str] | None = None, suffix: Sequence[str] | None = None, max_depth: int | None = None,
+) -> Call[list[Namespace]]:
+    params = _query(prefix=None if prefix is None else _namespace(prefix, "prefix"),
+                    suffix=None if suffix is None else _namespace(suffix, "suffix"), max_depth=max_depth)
+    return Call("GET", "/v1/memories/namespaces", lambda r: [tuple(ns) for ns in r.json()["namespaces"]],
+                params=params, idempotent=True)
+
+
+def list_memory_events(
+    *, namespace: Sequence[str] | None = None, kinds: Iterable[MemoryEventKind] | None = None,
+    after: datetime | str | None = None, before: datetime | str | None = None, limit: int | None = None,
+    after_cursor: str | None = None,
+) -> Call[Page[MemoryEvent]]:
+    params = _query(ns=None if namespace is None else _namespace(namespace),
+                    kinds=None if kinds is None else ",".join(kinds), after=after, before=before,
+                    after_cursor=after_cursor, limit=limit)
+    return Call("GET", "/v1/memories/events", _page(MemoryEvent.from_json, "events", "after_cursor"),
+                params=params, idempotent=True)
+
+
+# --- Conversations ----------------------------------------------------------------------------------------------
+
+
+def _conversation_path(conversation_id: Id, *rest: str) -> str:
+    return "/".join(("/v1/conversations", _segment(conversation_id, "conversation_id"), *rest))
+
+
+def list_conversations(
+    *, mode: ListMode | None = None, query: str | None = None, limit: int | None = None,
+    after_cursor: str | None = None,
+) -> Call[Page[Conversation]]:
+    params = _query(mode=mode, query=query, limit=limit, afterCursor=after_cursor)
+    return Call("GET", "/v1/conversations", _page(Conversation.from_json), params=params, idempotent=True)
+
+
+def create_conversation(
+    *, id: Id | None = None, title: str | None = None, metadata: Mapping[str, Any] | None = None,
+) -> Call[Conversation]:
+    body = _body(id=None if id is None else str(id), title=title, metadata=None if metadata is None else dict(metadata))
+    return Call("POST", "/v1/conversations", _model(Conversation.from_json), json=body)
+
+
+def get_conversation(conversation_id: Id) -> Call[Conversation]:
+    return Call("GET", _conversation_path(conversation_id), _model(Conversation.from_json), idempotent=True)
+
+
+def update_conversation(
+    conversation_id: Id, *, title: str | None = None, metadata: Mapping[str, Any] | None = None,
+) -> Call[Conversation]:
+    body = _body(title=title, metadata=None if metadata is None else dict(metadata))
+    return Call("PATCH", _conversation_path(conversation_id), _model(Conversation.from_json), json=body)
+
+
+def delete_conversation(conversation_id: Id) -> Call[None]:
+    return Call("DELETE", _conversation_path(conversation_id), _none, idempotent=True)
+
+
+def list_entries(
+    conversation_id: Id, *, channel: Channel | None = None, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[Entry]]:
+    params = _query(channel=channel, limit=limit, afterCursor=after_cursor)
+    return Call("GET", _conversation_path(conversation_id, "entries"), _page(Entry.from_json), params=params,
+                idempotent=True)
+
+
+def append_entry(
+    conversation_id: Id, content: Sequence[Mapping[str, Any]], *, channel: Channel | None = None,
+    content_type: str | None = None, indexed_content: str | None = None,
+    forked_at_conversation_id: Id | None = None, forked_at_entry_id: Id | None = None,
+) -> Call[Entry]:
+    if isinstance(content, Mapping):
+        raise TypeError("content is a list of items, e.g. [{'role': 'USER', 'text': 'hi'}]")
+    body = _body(
+        channel=channel, contentType=content_type, content=[dict(item) for item in content],
+        indexedContent=indexed_content,
+        forkedAtConversationId=None if forked_at_conversation_id is None else str(forked_at_conversation_id),
+        forkedAtEntryId=None if forked_at_entry_id is None else str(forked_at_entry_id),
+    )
+    return Call("POST", _conversation_path(conversation_id, "entries"), _model(Entry.from_json), json=body)
+
+
+def list_forks(conversation_id: Id, *, limit: int | None = None, after_cursor: str | None = None) -> Call[Page[Fork]]:
+    params = _query(limit=limit, afterCursor=after_cursor)
+    return Call("GET", _conversation_path(conversation_id, "forks"), _page(Fork.from_json), params=params,
+                idempotent=True)
+
+
+def search_conversations(
+    query: str, *, search_type: SearchType | None = None, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[SearchResult]]:
+    body = _body(query=query, searchType=search_type, limit=limit, afterCursor=after_cursor)
+    return Call("POST", "/v1/conversations/search", _page(SearchResult.from_json), json=body, idempotent=True)
+
+
+def index_entries(items: Iterable[IndexItem]) -> Call[int]:
+    body = [dict(item) for item in items]
+    return Call("POST", "/v1/conversations/index", lambda r: int(r.json()["indexed"]), json=body, idempotent=True)
+
+
+def list_unindexed(*, limit: int | None = None, after_cursor: str | None = None) -> Call[Page[UnindexedEntry]]:
+    params = _query(limit=limit, afterCursor=after_cursor)
+    return Call("GET", "/v1/conversations/unindexed", _page(UnindexedEntry.from_json), params=params,
+                idempotent=True)
+
+
+# --- Memberships and ownership transfers ------------------------------------------------------------------------
+
+
+def list_memberships(
+    conversation_id: Id, *, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[Membership]]:
+    params = _query(limit=limit, afterCursor=after_cursor)
+    return Call("GET", _conversation_path(conversation_id, "memberships"), _page(Membership.from_json),
+                params=params, idempotent=True)
+
+
+def add_membership(conversation_id: Id, user_id: str, access_level: AccessLevel) -> Call[Membership]:
+    return Call("POST", _conversation_path(conversation_id, "memberships"), _model(Membership.from_json),
+                json={"userId": user_id, "accessLevel": access_level})
+
+
+def update_membership(conversation_id: Id, user_id: str, access_level: AccessLevel) -> Call[Membership]:
+    path = _conversation_path(conversation_id, "memberships", _segment(user_id, "user_id"))
+    return Call("PATCH", path, _model(Membership.from_json), json={"accessLevel": access_level}, idempotent=True)
+
+
+def remove_membership(conversation_id: Id, user_id: str) -> Call[None]:
+    path = _conversation_path(conversation_id, "memberships", _segment(user_id, "user_id"))
+    return Call("DELETE", path, _none, idempotent=True)
+
+
+def _transfer_path(transfer_id: Id, *rest: str) -> str:
+    return "/".join(("/v1/ownership-transfers", _segment(transfer_id, "transfer_id"), *rest))
+
+
+def list_transfers(
+    *, role: TransferRole | None = None, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[OwnershipTransfer]]:
+    params = _query(role=role, limit=limit, afterCursor=after_cursor)
+    return Call("GET", "/v1/ownership-transfers", _page(OwnershipTransfer.from_json), params=params, idempotent=True)
+
+
+def create_transfer(conversation_id: Id, new_owner_user_id: str) -> Call[OwnershipTransfer]:
+    body = {"conversationId": str(conversation_id), "newOwnerUserId": new_owner_user_id}
+    return Call("POST", "/v1/ownership-transfers", _model(OwnershipTransfer.from_json), json=body)
+
+
+def get_transfer(transfer_id: Id) -> Call[OwnershipTransfer]:
+    return Call("GET", _transfer_path(transfer_id), _model(OwnershipTransfer.from_json), idempotent=True)
+
+
+def delete_transfer(transfer_id: Id) -> Call[None]:
+    return Call("DELETE", _transfer_path(transfer_id), _none, idempotent=True)
+
+
+def accept_transfer(transfer_id: Id) -> Call[None]:
+    return Call("POST", _transfer_path(transfer_id, "accept"), _none)
+
+
+# --- Attachments ------------------------------------------------------------------------------------------------
+
+
+def _expires_in(value: int | timedelta | str | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, timedelta):
+        return str(int(value.total_seconds()))
+    return str(int(value))
+
+
+def _file_parts(
+    file: FileInput, filename: str | None, content_type: str | None,
+) -> tuple[Callable[[], dict[str, Any]], Callable[[], None] | None]:
+    """The multipart ``file`` part, made anew for each attempt (httpx streams a file object in chunks, never
+    reading it whole into memory, so a retry starts from the file's beginning again), and what closes a file
+    opened here once the call is over."""
+    content_type = content_type or "application/octet-stream"
+    if isinstance(file, bytes | bytearray | memoryview):
+        data = bytes(file)
+        name = filename or "file"
+        return (lambda: {"file": (name, io.BytesIO(data), content_type)}), None
+    if isinstance(file, str | os.PathLike):
+        path = Path(file)
+        name = filename or path.name
+        handles: list[IO[bytes]] = []
+
+        def close() -> None:
+            for handle in handles:
+                handle.close()
+            handles.clear()
+
+        def open_path() -> dict[str, Any]:
+            close()
+            handles.append(path.open("rb"))
+            return {"file": (name, handles[0], content_type)}
+
+        return open_path, close
+    stream = file
+    name = filename or Path(str(getattr(stream, "name", "") or "file")).name
+    start = stream.tell() if stream.seekable() else None
+
+    def rewind() -> dict[str, Any]:
+        if start is not None:
+            stream.seek(start)
+        return {"file": (name, stream, content_type)}
+
+    return rewind, None
+
+
+def upload_attachment(
+    file: FileInput, *, filename: str | None = None, content_type: str | None = None,
+    expires_in: int | timedelta | str | None = None,
+) -> Call[Attachment]:
+    parts, cleanup = _file_parts(file, filename, content_type)
+    return Call("POST", "/v1/attachments", _model(Attachment.from_json), params=_query(expiresIn=_expires_in(expires_in)),
+                files=parts, cleanup=cleanup)
+
+
+def _attachment_path(attachment_id: Id, *rest: str) -> str:
+    return "/".join(("/v1/attachments", _segment(attachment_id, "attachment_id"), *rest))
+
+
+def download_attachment(attachment_id: Id, *, if_none_match: str | None = None) -> Call[None]:
+    """Streamed by the clients (``parse`` is unused). A 302 to an object store is followed (httpx drops the
+    Authorization header when the redirect leaves the service's origin)."""
+    headers = {"Accept": "*/*"}
+    if if_none_match:
+        headers["If-None-Match"] = if_none_match
+    return Call("GET", _attachment_path(attachment_id), _none, idempotent=True, accept=frozenset({304}),
+                headers=headers, follow_redirects=True)
+
+
+def download_signed(url: str, *, if_none_match: str | None = None) -> Call[None]:
+    """``url``: a :class:`DownloadUrl`'s ``url`` (a path on the service) or an absolute URL. No credentials."""
+    path = urlsplit(url).path if url.startswith(("http://", "https://")) else url
+    if not path.startswith("/v1/attachments/download/"):
+        raise ValueError("not a signed download URL of the service (/v1/attachments/download/<token>/<filename>)")
+    headers = {"Accept": "*/*"}
+    if if_none_match:
+        headers["If-None-Match"] = if_none_match
+    return Call("GET", url, _none, idempotent=True, authenticated=False, accept=frozenset({304}), headers=headers,
+                follow_redirects=True)
+
+
+def attachment_download_url(attachment_id: Id) -> Call[DownloadUrl]:
+    return Call("GET", _attachment_path(attachment_id, "download-url"), _model(DownloadUrl.from_json),
+                idempotent=True)
+
+
+def delete_attachment(attachment_id: Id) -> Call[None]:
+    return Call("DELETE", _attachment_path(attachment_id), _none, idempotent=True)
+
+
+# --- Admin ------------------------------------------------------------------------------------------------------
+
+
+def _admin_path(conversation_id: Id, *rest: str) -> str:
+    return "/".join(("/v1/admin/conversations", _segment(conversation_id, "conversation_id"), *rest))
+
+
+def admin_list_conversations(
+    *, user_id: str | None = None, include_deleted: bool | None = None, limit: int | None = None,
+    after_cursor: str | None = None,
+) -> Call[Page[AdminConversation]]:
+    params = _query(userId=user_id, includeDeleted=include_deleted, limit=limit, afterCursor=after_cursor)
+    return Call("GET", "/v1/admin/conversations", _page(AdminConversation.from_json), params=params, idempotent=True)
+
+
+def admin_get_conversation(conversation_id: Id) -> Call[AdminConversation]:
+    return Call("GET", _admin_path(conversation_id), _model(AdminConversation.from_json), idempotent=True)
+
+
+def admin_list_entries(
+    conversation_id: Id, *, channel: Channel | None = None, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[Entry]]:
+    params = _query(channel=channel, limit=limit, afterCursor=after_cursor)
+    return Call("GET", _admin_path(conversation_id, "entries"), _page(Entry.from_json), params=params, idempotent=True)
+
+
+def admin_list_memberships(
+    conversation_id: Id, *, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[Membership]]:
+    params = _query(limit=limit, afterCursor=after_cursor)
+    return Call("GET", _admin_path(conversation_id, "memberships"), _page(Membership.from_json), params=params,
+                idempotent=True)
+
+
+def admin_list_forks(
+    conversation_id: Id, *, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[Fork]]:
+    params = _query(limit=limit, afterCursor=after_cursor)
+    return Call("GET", _admin_path(conversation_id, "forks"), _page(Fork.from_json), params=params, idempotent=True)
+
+
+def admin_search_conversations(
+    query: str, *, search_type: SearchType | None = None, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[SearchResult]]:
+    body = _body(query=query, searchType=search_type, limit=limit, afterCursor=after_cursor)
+    return Call("POST", "/v1/admin/conversations/search", _page(SearchResult.from_json), json=body, idempotent=True)
+
+
+def admin_list_attachments(
+    *, user_id: str | None = None, limit: int | None = None, after_cursor: str | None = None,
+) -> Call[Page[Attachment]]:
+    params = _query(userId=user_id, limit=limit, afterCursor=after_cursor)
+    return Call("GET", "/v1/admin/attachments", _page(Attachment.from_json), params=params, idempotent=True)
+
+
+def admin_download_attachment(attachment_id: Id, *, if_none_match: str | None = None) -> Call[None]:
+    """Any attachment, for auditors and admins (the user download gives them no bypass); audit-logged."""
+    headers = {"Accept": "*/*"}
+    if if_none_match:
+        headers["If-None-Match"] = if_none_match
+    path = "/v1/admin/attachments/" + _segment(attachment_id, "attachment_id")
+    return Call("GET", path, _none, idempotent=True, accept=frozenset({304}), headers=headers, follow_redirects=True)
+
+
+# --- Live events ------------------------------------------------------------------------------------------------
+
+
+def events(*, kinds: Iterable[str] | None = None, last_event_id: str | None = None) -> Call[None]:
+    headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+    if last_event_id:
+        headers["Last-Event-ID"] = last_event_id
+    params = _query(kinds=None if kinds is None else ",".join(kinds))
+    return Call("GET", "/v1/events", _none, params=params, headers=headers)

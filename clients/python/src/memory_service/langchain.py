@@ -1,0 +1,167 @@
+"""LangChain on Memory Service: a chat message history over a conversation's history entries.
+
+Needs the ``langchain`` extra: ``pip install 'memory-service-client[langchain]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, message_to_dict, messages_from_dict
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "memory_service.langchain needs langchain-core: pip install 'memory-service-client[langchain]'"
+    ) from exc
+
+from memory_service import _operations as ops
+from memory_service._flow import Clients, Flow, arun, run
+from memory_service._ids import conversation_id_for
+from memory_service.async_client import AsyncClient
+from memory_service.auth import TokenSource
+from memory_service.client import Client
+from memory_service.errors import NotFoundError
+from memory_service.models import Entry, Page
+
+# The contentType of the entries this history writes (D10: "history/<flavour>"); it reads every history entry.
+CONTENT_TYPE = "history/langchain"
+ENTRIES_PAGE = 200
+
+
+class MemoryServiceChatMessageHistory(BaseChatMessageHistory):
+    """A LangChain ``BaseChatMessageHistory`` kept in a Memory Service conversation's history.
+
+    >>> history = MemoryServiceChatMessageHistory("chat-42", "http://localhost:8080", token=...)
+    >>> history.add_messages([HumanMessage("Plan a trip to Lisbon"), AIMessage("Three days?")])
+    >>> history.messages
+
+    ``session_id`` names the conversation (:func:`~memory_service.langgraph.conversation_id_for`: the id itself
+    when it is a UUID, else a uuid5 of it; the same conversation a LangGraph checkpointer uses for that thread
+    id). The first message creates it, owned by the token's user; members it is shared with read the same history.
+
+    Each message is one content item: ``role`` (``USER`` for a human message, ``AI`` for every other kind, the
+    service knowing no other roles), ``text`` (what the service searches and titles conversations by; left out for
+    system messages) and
+    ``message``, the whole LangChain message (``message_to_dict``: system and tool messages, tool calls, ids,
+    metadata), so :attr:`messages` gives back exactly what was added. Consecutive messages of one role are one
+    entry (contentType ``history/langchain``): ``add_messages([human, ai])`` is two appends, an AI message with its
+    tool calls and the tool results one. Entries other clients wrote (items with ``role`` and ``text`` only) read
+    as ``HumanMessage``/``AIMessage``.
+
+    ``clear()`` deletes the conversation (owner only); the service never reuses a deleted conversation's id, so the
+    session id cannot hold messages again afterwards (``add_messages`` raises :class:`~memory_service.NotFoundError`).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        base_url: str | None = None,
+        *,
+        token: TokenSource | None = None,
+        api_key: str | None = None,
+        client: Client | None = None,
+        async_client: AsyncClient | None = None,
+        **client_kwargs: Any,
+    ) -> None:
+        if token is not None:
+            client_kwargs["token"] = token
+        if api_key is not None:
+            client_kwargs["api_key"] = api_key
+        super().__init__()
+        self._clients = Clients(client, async_client, base_url, client_kwargs)
+        self.session_id = session_id
+        self.conversation_id = conversation_id_for(session_id)
+
+    # --- BaseChatMessageHistory -----------------------------------------------------------------------------------
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        return run(self._clients.sync, self._read())
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        return await arun(self._clients.async_, self._read())
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        run(self._clients.sync, self._append(messages))
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        await arun(self._clients.async_, self._append(messages))
+
+    def clear(self) -> None:
+        run(self._clients.sync, self._clear())
+
+    async def aclear(self) -> None:
+        await arun(self._clients.async_, self._clear())
+
+    def close(self) -> None:
+        self._clients.close()
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    # --- Flows ----------------------------------------------------------------------------------------------------
+
+    def _read(self) -> Flow[list[BaseMessage]]:
+        found: list[BaseMessage] = []
+        cursor = None
+        try:
+            while True:
+                page: Page[Entry] = yield ops.list_entries(
+                    self.conversation_id, channel="history", limit=ENTRIES_PAGE, after_cursor=cursor
+                )
+                for entry in page.data:
+                    found.extend(_message(item) for item in entry.content)
+                if page.after_cursor is None or not page.data:
+                    break
+                cursor = page.after_cursor
+        except NotFoundError:
+            return []
+        return found
+
+    def _append(self, messages: Sequence[BaseMessage]) -> Flow[None]:
+        runs: list[list[dict[str, Any]]] = []
+        for message in messages:
+            item = _item(message)
+            if runs and runs[-1][0]["role"] == item["role"]:
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        for content in runs:
+            yield ops.append_entry(self.conversation_id, content, channel="history", content_type=CONTENT_TYPE)
+        return None
+
+    def _clear(self) -> Flow[None]:
+        try:
+            yield ops.delete_conversation(self.conversation_id)
+        except NotFoundError:
+            pass
+        return None
+
+
+def _role(message: BaseMessage) -> str:
+    if message.type == "human" or (message.type == "chat" and getattr(message, "role", "") in ("user", "human")):
+        return "USER"
+    return "AI"
+
+
+def _item(message: BaseMessage) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": _role(message)}
+    text = message.text
+    # A system prompt is instructions, not conversation: not searched, and never the conversation's title.
+    if text and message.type != "system":
+        item["text"] = text
+    item["message"] = message_to_dict(message)
+    return item
+
+
+def _message(item: dict[str, Any]) -> BaseMessage:
+    stored = item.get("message")
+    if isinstance(stored, dict) and "type" in stored and "data" in stored:
+        return messages_from_dict([stored])[0]
+    text = item.get("text") if isinstance(item.get("text"), str) else ""
+    return HumanMessage(content=text) if item.get("role") == "USER" else AIMessage(content=text)
+
+
+__all__ = ["MemoryServiceChatMessageHistory", "conversation_id_for"]

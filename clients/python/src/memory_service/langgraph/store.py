@@ -1,0 +1,347 @@
+"""LangGraph's long-term memory store (``BaseStore``) on Memory Service's memories."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, TypedDict
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    get_text_at_path,
+    tokenize_path,
+    validate_op_namespace,
+)
+
+from memory_service import _operations as ops
+from memory_service._flow import Clients, Flow, arun, run
+from memory_service.async_client import AsyncClient
+from memory_service.auth import TokenSource
+from memory_service.client import MEMORY_SEARCH_MAX_OFFSET, Client
+from memory_service.errors import NotFoundError
+from memory_service.langgraph import _filters
+from memory_service.models import Memory, MemorySearchItem, Namespace
+
+# The service's page size for memory search (its maximum `limit`).
+SEARCH_PAGE = 100
+
+
+class StoreIndexConfig(TypedDict, total=False):
+    """What to embed for semantic search. The service embeds with its own model, so LangGraph's ``dims`` and
+    ``embed`` are not needed (and are ignored when given); ``fields`` are JSON paths into the value, as in
+    LangGraph's stores (default ``["$"]``: the whole value as one text)."""
+
+    fields: list[str] | None
+    dims: int
+    embed: Any
+
+
+class MemoryServiceStore(BaseStore):
+    """A LangGraph ``BaseStore`` whose items are Memory Service memories, with sync and async methods.
+
+    >>> store = MemoryServiceStore("http://localhost:8080", token=OAuthToken.dev_idp("http://localhost:8080", "bob"))
+    >>> store.put(("user", "bob", "prefs"), "coffee", {"likes": "flat white"})
+    >>> store.search(("user", "bob"), query="what does bob drink?")
+
+    An item is the memory at ``(namespace, key)``; its value is the memory's value, as sent. What the service
+    decides stays the service's: which namespaces a caller may touch (its policies; the default lets a user write
+    under ``("user", <user id>, ...)`` only), the maximum namespace depth (5 by default), encryption at rest.
+
+    - ``batch``/``abatch`` run their reads concurrently (a thread pool of ``max_concurrency``, or ``asyncio.gather``
+      bounded by it), then their writes, results in op order; of several puts to one key in a batch the last wins
+      (as in LangGraph's stores).
+    - **Indexing**: ``index`` (the store's default) and a put's ``index`` (a list of JSON paths, or ``False``) pick
+      the texts exactly as LangGraph's stores do (``get_text_at_path``; a path matching several texts gives fields
+      ``path.0``, ``path.1``, ...); they are sent as the memory's ``index`` and embedded by the service in the
+      background, so a new item is found by ``query`` once the service's indexer has run. ``index=False`` on the
+      store disables semantic search (a ``query`` is then ignored, as in a LangGraph store without an index).
+    - **Search**: ``query`` ranks by meaning (``score`` in [0, 1], only indexed items); without one, items come
+      newest first with ``score`` None. **Value filters are applied here, not by the service**: the service can
+      filter only the plaintext attributes its policy derives, because values are encrypted at rest. So the store
+      pages through the service's results (100 at a time, up to its maximum offset of 10000) and keeps those whose
+      decrypted value passes the filter (``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, plain equality,
+      nested objects), until ``offset + limit`` have passed. A filter matching few of many items costs many pages.
+    - **Namespaces**: ``list_namespaces`` with ``"*"`` wildcards, several match conditions and ``max_depth``: what
+      the service can match exactly (the literal part of a prefix and a suffix) is sent, and every condition is
+      checked again here, so a wildcard never widens the answer.
+    - **TTL** (``supports_ttl``): ``ttl`` in minutes becomes the memory's ``ttl_seconds`` (rounded up to a whole
+      second). The service counts a TTL from the last write and does not refresh it on reads, so ``refresh_ttl``
+      is done here: a read asked to refresh re-writes each returned item that has an expiry with its value, its
+      original TTL and the store's ``index`` fields (a new version). Because that is a write, reads do not refresh
+      unless asked: ``ttl_config["refresh_on_read"]`` defaults to False here (LangGraph's default is True), and
+      ``get(..., refresh_ttl=True)`` asks per call. A refresh is last-writer-wins against a concurrent put of the
+      same key.
+    - ``created_at`` and ``updated_at`` are both the time of the memory's current version: the service versions
+      every write and answers the current version's time only.
+    """
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        token: TokenSource | None = None,
+        api_key: str | None = None,
+        client: Client | None = None,
+        async_client: AsyncClient | None = None,
+        index: StoreIndexConfig | Literal[False] | None = None,
+        ttl: TTLConfig | None = None,
+        max_concurrency: int = 16,
+        **client_kwargs: Any,
+    ) -> None:
+        if token is not None:
+            client_kwargs["token"] = token
+        if api_key is not None:
+            client_kwargs["api_key"] = api_key
+        self._clients = Clients(client, async_client, base_url, client_kwargs)
+        if index is False:
+            self._fields: list[tuple[str, Any]] | None = None
+        else:
+            paths = (index or {}).get("fields") or ["$"]
+            self._fields = [(path, path if path == "$" else tokenize_path(path)) for path in paths]
+        self.ttl_config: TTLConfig = {"refresh_on_read": False, **(ttl or {})}
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self._max_concurrency = max_concurrency
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # --- Life cycle -----------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the threads and the connections this store made (not a client it was given)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        self._clients.close()
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    def __enter__(self) -> MemoryServiceStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> MemoryServiceStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+        self.close()
+
+    # --- BaseStore ------------------------------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        reads, puts, size = self._plan(ops)
+        results: list[Result] = [None] * size
+        client = self._clients.sync
+        for stage in (reads, puts):
+            flows = [(index, self._flow(op)) for index, op in stage]
+            if len(flows) <= 1:
+                for index, flow in flows:
+                    results[index] = run(client, flow)
+                continue
+            with self._pool_lock:  # batches from several threads share one pool
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._max_concurrency, thread_name_prefix="memory-service-store")
+                pool = self._pool
+            futures = [(index, pool.submit(run, client, flow)) for index, flow in flows]
+            for index, future in futures:
+                results[index] = future.result()
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        reads, puts, size = self._plan(ops)
+        results: list[Result] = [None] * size
+        client = self._clients.async_
+        gate = asyncio.Semaphore(self._max_concurrency)
+
+        async def one(flow: Flow[Result]) -> Result:
+            async with gate:
+                return await arun(client, flow)
+
+        for stage in (reads, puts):
+            answers = await asyncio.gather(*(one(self._flow(op)) for _, op in stage))
+            for (index, _), answer in zip(stage, answers, strict=True):
+                results[index] = answer
+        return results
+
+    # --- Planning -------------------------------------------------------------------------------------------------
+
+    def _plan(self, ops: Iterable[Op]) -> tuple[list[tuple[int, Op]], list[tuple[int, PutOp]], int]:
+        """Reads, then writes (the last put of each key), as LangGraph's stores order a batch: a read in a batch
+        sees the store as it was before the batch's writes."""
+        reads: list[tuple[int, Op]] = []
+        puts: dict[tuple[Namespace, str], tuple[int, PutOp]] = {}
+        size = 0
+        for index, op in enumerate(ops):
+            size += 1
+            validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                puts[(tuple(op.namespace), op.key)] = (index, op)
+            elif isinstance(op, GetOp | SearchOp | ListNamespacesOp):
+                if isinstance(op, SearchOp) and op.filter:
+                    _filters.check_filter(op.filter)
+                reads.append((index, op))
+            else:
+                raise ValueError(f"unknown operation {type(op).__name__}")
+        return reads, list(puts.values()), size
+
+    def _flow(self, op: Op) -> Flow[Any]:
+        if isinstance(op, GetOp):
+            return self._get(op)
+        if isinstance(op, SearchOp):
+            return self._search(op)
+        if isinstance(op, ListNamespacesOp):
+            return self._list_namespaces(op)
+        return self._put(op)
+
+    # --- Operations (flows: see memory_service._flow) -------------------------------------------------------------
+
+    def _get(self, op: GetOp) -> Flow[Item | None]:
+        try:
+            memory: Memory = yield ops.get_memory(op.namespace, op.key)
+        except NotFoundError:
+            return None
+        if op.refresh_ttl:
+            yield from self._refresh(memory)
+        return _item(memory)
+
+    def _put(self, op: PutOp) -> Flow[None]:
+        if op.value is None:
+            yield ops.delete_memory(op.namespace, op.key)
+            return None
+        value = dict(op.value)
+        yield ops.put_memory(
+            op.namespace, op.key, value, index=self._index(value, op.index), ttl_seconds=_ttl_seconds(op.ttl)
+        )
+        return None
+
+    def _search(self, op: SearchOp) -> Flow[list[SearchItem]]:
+        query = op.query if (op.query and self._fields is not None) else None
+        wanted = max(op.limit, 0)
+        found: list[MemorySearchItem] = []
+        if wanted == 0:
+            return []
+        # Without a value filter the service pages for us from `offset`; with one, every item from the start has to
+        # be seen here, and `offset` counts items that passed the filter.
+        filtering = bool(op.filter)
+        skip = max(op.offset, 0) if filtering else 0
+        offset = 0 if filtering else max(op.offset, 0)
+        while offset <= MEMORY_SEARCH_MAX_OFFSET:
+            page_size = SEARCH_PAGE if filtering else min(SEARCH_PAGE, wanted - len(found))
+            page: list[MemorySearchItem] = yield ops.search_memories(
+                op.namespace_prefix, query=query, limit=page_size, offset=offset
+            )
+            for memory in page:
+                if not _filters.matches(memory.value, op.filter):
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                found.append(memory)
+                if len(found) == wanted:
+                    break
+            if len(found) == wanted or len(page) < page_size:
+                break
+            offset += len(page)
+        if op.refresh_ttl:
+            for memory in found:
+                try:
+                    current: Memory = yield ops.get_memory(memory.namespace, memory.key)
+                except NotFoundError:
+                    continue
+                yield from self._refresh(current)
+        return [
+            SearchItem(
+                namespace=memory.namespace, key=memory.key, value=memory.value, created_at=memory.created_at,
+                updated_at=memory.created_at, score=memory.score,
+            )
+            for memory in found
+        ]
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> Flow[list[tuple[str, ...]]]:
+        conditions = list(op.match_conditions or ())
+        prefixes = [c.path for c in conditions if c.match_type == "prefix" and c.path]
+        suffixes = [c.path for c in conditions if c.match_type == "suffix" and c.path]
+        for condition in conditions:
+            if condition.match_type not in ("prefix", "suffix"):
+                raise ValueError(f"unsupported match type {condition.match_type!r}")
+        # Send what the service matches exactly: one prefix's and one suffix's literal part. When that is the whole
+        # question (no wildcard, at most one of each), the service can truncate to max_depth too.
+        prefix = _filters.literal_head(prefixes[0]) if prefixes else []
+        suffix = _filters.literal_tail(suffixes[0]) if suffixes else []
+        exact = (
+            len(prefixes) <= 1 and len(suffixes) <= 1
+            and all("*" not in path for path in (*prefixes, *suffixes))
+        )
+        namespaces: list[Namespace] = yield ops.list_namespaces(
+            prefix=prefix or None, suffix=suffix or None, max_depth=op.max_depth if exact else None
+        )
+        if not exact:
+            namespaces = [
+                ns for ns in namespaces
+                if all(_filters.namespace_matches(ns, c.match_type, c.path) for c in conditions if c.path)
+            ]
+            if op.max_depth is not None:
+                namespaces = list({ns[: op.max_depth] for ns in namespaces})
+        ordered = sorted(namespaces)
+        start = max(op.offset, 0)
+        return ordered[start : start + max(op.limit, 0)]
+
+    def _refresh(self, memory: Memory) -> Flow[None]:
+        """Restart the item's TTL: re-write it with its value and the TTL it was written with."""
+        if memory.expires_at is None:
+            return None
+        ttl = max(1, round((memory.expires_at - memory.created_at).total_seconds()))
+        yield ops.put_memory(
+            memory.namespace, memory.key, memory.value, index=self._index(memory.value, None), ttl_seconds=ttl
+        )
+        return None
+
+    # --- Indexing -------------------------------------------------------------------------------------------------
+
+    def _index(self, value: Mapping[str, Any], override: Literal[False] | list[str] | None) -> dict[str, str] | None:
+        """The memory's ``index`` for LangGraph's indexing of ``value``: the store's fields, a put's own paths, or
+        none (``False``, or a store without indexing)."""
+        if self._fields is None or override is False:
+            return None
+        paths = self._fields if override is None else [(p, p if p == "$" else tokenize_path(p)) for p in override]
+        index: dict[str, str] = {}
+        for path, tokens in paths:
+            texts = get_text_at_path(value, tokens)
+            for position, text in enumerate(texts):
+                index[f"{path}.{position}" if len(texts) > 1 else path] = text
+        return index or None
+
+
+def _item(memory: Memory) -> Item:
+    return Item(
+        value=memory.value, key=memory.key, namespace=memory.namespace, created_at=memory.created_at,
+        updated_at=memory.created_at,
+    )
+
+
+def _ttl_seconds(ttl: float | None) -> int | None:
+    if ttl is None:
+        return None
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(f"ttl is a positive number of minutes or None, not {ttl!r}")
+    return max(1, math.ceil(ttl * 60))
+
