@@ -273,8 +273,14 @@ def events_query(
     (filters.owner_prefix_sql), so a large owner is never mistaken for a few rows to collect and sort; and the
     order and cursor are written ``tx + 0``, which memory_events_timeline cannot provide, so PostgreSQL cannot walk
     every owner's events in order and filter out the others (it did so for a large owner: 70 ms skipping 120k other
-    events after a polling client's cursor). A shorter prefix (admins) walks memory_events_timeline."""
-    tx = "(e.tx + 0)" if len(scope.namespace_prefix) >= filters.OWNER_DEPTH else "e.tx"
+    events after a polling client's cursor). A shorter prefix (admins) walks memory_events_timeline.
+
+    With ``kinds``, inside an owner's subtree the page is one walk per kind on memory_events_kind_timeline,
+    ``(namespace[1:2], kind, tx + 0, seq)``, each stopped after ``limit`` rows, merged in timeline order: a walk of
+    the owner's timeline filtered by kind reads every event of the other kinds in between (a first ``kinds=delete``
+    page after 10k updates read the 12.5k adds and updates before the first delete: 58-61 ms; 0.3 ms merged)."""
+    owner_walk = len(scope.namespace_prefix) >= filters.OWNER_DEPTH
+    tx = "(e.tx + 0)" if owner_walk else "e.tx"
     prefix_sql, prefix_params = filters.owner_prefix_sql(scope.namespace_prefix, "e.namespace")
     filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "e.attributes")
     where = [prefix_sql, filter_sql]
@@ -285,7 +291,7 @@ def events_query(
     else:
         where.append(f"({tx} < %s OR {tx} = %s)")
         params.extend([horizon.oldest_running, horizon.own])
-    if kinds:
+    if kinds and not owner_walk:
         where.append("e.kind = ANY(%s)")
         params.append(kinds)
     if after is not None:
@@ -297,11 +303,19 @@ def events_query(
     if after_position is not None:
         where.append(f"({tx}, e.seq) > (%s, %s)")
         params.extend(after_position)
-    sql = (
-        "SELECT e.tx, e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes "  # noqa: S608
-        f"FROM memory_events e WHERE {' AND '.join(where)} ORDER BY {tx}, e.seq LIMIT %s"
+    columns = "e.tx, e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes"
+    if not (kinds and owner_walk):
+        sql = f"SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} ORDER BY {tx}, e.seq LIMIT %s"  # noqa: S608
+        return sql, [*params, limit]
+    # One walk per kind. The kind is compared with =: with = ANY the index order would not be timeline order.
+    walk = (
+        f"(SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} AND e.kind = %s "  # noqa: S608
+        f"ORDER BY {tx}, e.seq LIMIT %s)"
     )
-    return sql, [*params, limit]
+    kinds = list(dict.fromkeys(kinds))
+    walks = " UNION ALL ".join([walk] * len(kinds))
+    sql = f"SELECT {columns} FROM ({walks}) AS e ORDER BY e.tx, e.seq LIMIT %s"  # noqa: S608
+    return sql, [*(value for kind in kinds for value in (*params, kind, limit)), limit]
 
 
 def list_events(principal: Principal, query: EventQuery) -> dict:
