@@ -224,11 +224,29 @@ def decode_event_cursor(cursor: str) -> Position:
     return pagination.decode_cursor(cursor, EVENTS_CURSOR, int, "after_cursor", id_kind=int)
 
 
-# The timeline's horizon (see events_query): the oldest transaction still running, and the reader's own transaction
-# when it has written (tests run inside one), both as bigints.
-HORIZON_SQL = (
-    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, pg_current_xact_id_if_assigned()::text::bigint"
-)
+# The timeline's horizon (see events_query): the oldest transaction still running in this database, and the
+# reader's own transaction when it has written (tests run inside one), both as bigints.
+#
+# Transaction ids are the whole server's, so pg_snapshot_xmin alone would let a transaction that writes in another
+# database of a shared server (another application's batch job, a stuck session) hold every event back for as long
+# as it stays open. It cannot write this database's events, so it is left out: a running transaction whose id is
+# held by a backend connected elsewhere (pg_locks and pg_stat_activity's pid and datname, which every role may read)
+# does not count. One that ended since the snapshot still counts (it may have been ours), which only delays its
+# successors by one poll. pg_locks is read only when the snapshot shows transactions running.
+HORIZON_SQL = """
+    WITH snapshot AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+    elsewhere AS (
+        SELECT l.transactionid::text::bigint AS xid
+        FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+          AND a.datname IS DISTINCT FROM current_database()
+    )
+    SELECT coalesce(
+        (SELECT min(x::text::bigint) FROM snapshot, pg_snapshot_xip(snapshot.s) AS x
+         WHERE x::text::bigint %% 4294967296 NOT IN (SELECT xid FROM elsewhere)),
+        (SELECT pg_snapshot_xmax(s)::text::bigint FROM snapshot)
+    ), pg_current_xact_id_if_assigned()::text::bigint
+"""
 
 
 @dataclass(frozen=True)
@@ -265,7 +283,8 @@ def events_query(
     horizon taken earlier is as safe, since the transactions older than it ended before this statement's snapshot
     too. Read apart, it is a constant when the page is planned, so the planner knows it excludes almost nothing.
     Memory writes are short, so the horizon trails the present by milliseconds; a long writing transaction
-    anywhere in the database holds it back, which delays events, never loses them.
+    in this database holds it back (one in another database of the server does not: HORIZON_SQL), which delays
+    events, never loses them.
 
     Inside one owner's subtree (a prefix of two or more segments) PostgreSQL walks memory_events_owner_timeline,
     ``(namespace[1:2], tx + 0, seq)``, from the cursor to the horizon, and stops after ``limit`` events. Two
