@@ -22,8 +22,15 @@ settings.configure(
     ALLOWED_HOSTS=["*"],
     ROOT_URLCONF=__name__,
     MIDDLEWARE=[],
-    INSTALLED_APPS=["rest_framework"],
+    # The bridge reads each request's body limit from the service's middleware module, which imports
+    # django.contrib.auth's: installed, but no middleware runs.
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "rest_framework"],
     USE_TZ=True,
+    # Read by the service's HTTP protocol (config/http_server.py, set in config/gunicorn.conf.py): the same values.
+    REQUEST_HEADER_TIMEOUT_SECONDS=float(os.environ.get("REQUEST_HEADER_TIMEOUT_SECONDS", "10")),
+    REQUEST_BODY_TIMEOUT_SECONDS=float(os.environ.get("REQUEST_BODY_TIMEOUT_SECONDS", "60")),
+    REQUEST_MAX_HEADER_BYTES=int(os.environ.get("REQUEST_MAX_HEADER_BYTES", str(64 * 1024))),
+    REQUEST_MAX_BODY_BYTES=int(os.environ.get("REQUEST_MAX_BODY_BYTES", str(2 * 1024 * 1024))),
     REST_FRAMEWORK={
         "DEFAULT_AUTHENTICATION_CLASSES": [],
         "DEFAULT_PERMISSION_CLASSES": [],

@@ -56,8 +56,8 @@ ENVELOPE_OVERHEAD = 46  # bytes apps.core.crypto adds around a value (header, no
 
 # --- Arguments ----------------------------------------------------------------------------------------------------
 
-FULL = {"memories": 10_000, "requests": "500,2000", "policy_calls": 5000, "max_seconds": 20.0}
-QUICK = {"memories": 1000, "requests": "50,200", "policy_calls": 500, "max_seconds": 10.0}
+FULL = {"memories": 10_000, "requests": "500,2000", "policy_calls": 5000, "max_seconds": 20.0, "churn": 10_000}
+QUICK = {"memories": 1000, "requests": "50,200", "policy_calls": 500, "max_seconds": 10.0, "churn": 1000}
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -77,6 +77,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--semantic-memories", type=int, default=300,
         help="memories indexed by the real worker before the semantic searches and the PSS reading (default 300; 0 skips)",
+    )
+    parser.add_argument(
+        "--churn", type=int,
+        help="updates and deletes (untimed) before the events page is measured again (default 10000; quick 1000; 0 skips)",
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 1k memories, few requests (about a minute)")
     args = parser.parse_args(argv)
@@ -221,13 +225,15 @@ class Floor:
         sql, params = selectors.namespaces_query(scope, [], max_depth)
         return h.execute_bound(conn, sql, params).fetchall()
 
-    def events(self, conn: Any, scope: Any, after: tuple[int, int], limit: int = 50) -> list[Any]:
+    def events(
+        self, conn: Any, scope: Any, after: tuple[int, int] | None, limit: int = 50, kinds: list[str] | None = None
+    ) -> list[Any]:
         from apps.memories import selectors
 
         # The service's own statements (the horizon, then the page), run through psycopg alone, bound as the
         # service binds them.
         horizon = selectors.Horizon(*h.execute_bound(conn, selectors.HORIZON_SQL, []).fetchone())
-        sql, params = selectors.events_query(scope, horizon=horizon, after_position=after, limit=limit)
+        sql, params = selectors.events_query(scope, horizon=horizon, kinds=kinds, after_position=after, limit=limit)
         return h.execute_bound(conn, sql, params).fetchall()
 
 
@@ -485,27 +491,7 @@ def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: l
             lambda c, i: floor.namespaces(c, scope, 3),
         )
 
-    # Events: a page of 50 from the middle of bob's timeline.
-    with h.floor_connection(bench.database_url) as conn:
-        total = conn.execute("SELECT count(*) FROM memory_events WHERE namespace[1:2] = %s::text[]", [ROOT]).fetchone()
-        middle = conn.execute(
-            "SELECT tx, seq FROM memory_events WHERE namespace[1:2] = %s::text[] ORDER BY tx, seq OFFSET %s LIMIT 1",
-            [ROOT, total[0] // 2],
-        ).fetchone()
-        floor_events = [str(row[2]) for row in floor.events(conn, scope, middle)]
-    cursor = selectors.encode_event_cursor(middle)
-    events_path = f"/v1/memories/events?{urllib.parse.urlencode({'limit': 50, 'after_cursor': cursor})}"
-    session = bench.session()
-    http_events = [event["id"] for event in session.json("GET", events_path)["events"]]
-    session.close()
-    if http_events != floor_events or len(http_events) != 50:
-        raise h.BenchError(f"events: HTTP returned {len(http_events)} events, the floor query {len(floor_events)}")
-    for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
-        bench.run(
-            "events page", concurrency, requests,
-            lambda s, i: s.request("GET", events_path),
-            lambda c, i: floor.events(c, scope, middle),
-        )
+    measure_events(bench, scope, "events page")
 
     # PUT (update): new values for existing keys (HTTP: the data set; floor: its own earlier adds).
     update_rng = random.Random(args.seed + 2)
@@ -547,6 +533,96 @@ def measure(bench: Bench, items: list[Item], bodies: list[bytes], floor_items: l
     session.close()
     if status != 404:
         raise h.BenchError(f"a deleted key still answers {status} to GET")
+
+    # The events page again after --churn more updates and deletes, without VACUUM or ANALYZE (issue 23: its plan
+    # used to flip after writes), and a page of one rare kind.
+    if args.churn:
+        churn(bench, items, args.churn)
+        measure_events(bench, scope, f"events page (after {args.churn} writes)")
+        measure_events(bench, scope, f"events kinds=delete (after {args.churn} writes)", kinds=["delete"])
+
+
+def measure_events(bench: Bench, scope: Any, label: str, kinds: list[str] | None = None) -> None:
+    """A page of 50 events: from the middle of bob's timeline, or with ``kinds`` the first page of those kinds.
+    HTTP and the floor must return the same events; the floor statement's plan goes into the notes."""
+    from apps.memories import selectors
+
+    floor = bench.floor
+    query: dict[str, Any] = {"limit": 50}
+    position = None
+    with h.floor_connection(bench.database_url) as conn:
+        if kinds:
+            query["kinds"] = ",".join(kinds)
+        else:
+            total = conn.execute(
+                "SELECT count(*) FROM memory_events WHERE namespace[1:2] = %s::text[]", [ROOT]
+            ).fetchone()
+            position = tuple(conn.execute(
+                "SELECT tx, seq FROM memory_events WHERE namespace[1:2] = %s::text[] ORDER BY tx, seq OFFSET %s LIMIT 1",
+                [ROOT, total[0] // 2],
+            ).fetchone())
+            query["after_cursor"] = selectors.encode_event_cursor(position)
+        floor_events = [str(row[2]) for row in floor.events(conn, scope, position, kinds=kinds)]
+    events_path = f"/v1/memories/events?{urllib.parse.urlencode(query)}"
+    session = bench.session()
+    http_events = [event["id"] for event in session.json("GET", events_path)["events"]]
+    session.close()
+    if http_events != floor_events or len(http_events) != 50:
+        raise h.BenchError(f"{label}: HTTP returned {len(http_events)} events, the floor query {len(floor_events)}")
+    for concurrency, requests in zip(bench.args.concurrency, bench.args.requests, strict=True):
+        bench.run(
+            label, concurrency, requests,
+            lambda s, i: s.request("GET", events_path),
+            lambda c, i: floor.events(c, scope, position, kinds=kinds),
+        )
+    bench.notes.append(f"{label}: plan {events_plan(bench.database_url, scope, position, kinds)}")
+
+
+def events_plan(database_url: str, scope: Any, position: tuple[int, int] | None, kinds: list[str] | None) -> str:
+    """The events statement's plan as a chain of nodes, with the rows each scan read (EXPLAIN ANALYZE)."""
+    from apps.memories import selectors
+
+    with h.floor_connection(database_url) as conn:
+        horizon = selectors.Horizon(*h.execute_bound(conn, selectors.HORIZON_SQL, []).fetchone())
+        sql, params = selectors.events_query(scope, horizon=horizon, kinds=kinds, after_position=position, limit=50)
+        plan = h.execute_bound(conn, f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()[0][0]
+
+    def describe(node: dict[str, Any]) -> str:
+        text = node["Node Type"] + (f" {node['Index Name']}" if "Index Name" in node else "")
+        if "Scan" in node["Node Type"]:
+            text += f" (read {int(node['Actual Rows'] + node.get('Rows Removed by Filter', 0))})"
+        children = [describe(child) for child in node.get("Plans", [])]
+        if len(children) > 1:
+            return f"{text} [{'; '.join(children)}]"
+        return f"{text} > {children[0]}" if children else text
+
+    return f"{describe(plan['Plan'])}, {plan['Execution Time']:.2f} ms"
+
+
+def churn(bench: Bench, items: list[Item], count: int) -> None:
+    """``count`` writes over HTTP, untimed, 7 in 10 updates of the data set's keys and the rest deletes of keys
+    inserted for the purpose (the data set's keys stay for the GETs after this)."""
+    args = bench.args
+    rng = random.Random(args.seed + 6)
+    deletes = count * 3 // 10
+    targets = [Item([*ROOT, "bench-churn"], f"c{i:06d}") for i in range(deletes)]
+    bulk_insert_targets(bench.database_url, targets, {"namespace": "user", "sub": USER}, encrypt=True)
+    operations: list[tuple[str, str, bytes | None]] = [
+        ("DELETE", f"/v1/memories?{target.query()}", None) for target in targets
+    ]
+    for i in range(count - deletes):
+        item = items[rng.randrange(len(items))]
+        body = {"namespace": item.namespace, "key": item.key, "value": make_value(rng, i)}
+        operations.append(("PUT", "/v1/memories", json.dumps(body).encode()))
+    rng.shuffle(operations)
+    result = h.run_load(
+        "churn",
+        lambda _i: h.HttpWorker(bench.server.base_url, bench.headers, lambda s, i: s.request(*operations[i])),
+        concurrency=max(args.concurrency), requests=count, max_seconds=args.load_timeout,
+    )
+    if result.errors or result.completed < count:
+        raise h.BenchError(f"churn: {result.completed} of {count} writes, e.g. {result.error_samples}")
+    h.log(f"churn: {count} updates and deletes in {result.wall:.1f}s (no VACUUM or ANALYZE after)")
 
 
 # --- Policy -------------------------------------------------------------------------------------------------------
@@ -627,7 +703,7 @@ def report(
     memory: MemoryReport | None = None,
 ) -> str:
     out = [f"# Memory endpoints benchmark ({info['date']})", ""]
-    out += ["## Goals (issue 12)", ""]
+    out += ["## Goals (issues 12 and 23)", ""]
     out.append(h.markdown_table(["goal", "value", "target", "met", "measured with"],
                                 goal_rows(rows, wrk or {}, memory), align="lrrll"))
     out += [""]
@@ -784,6 +860,7 @@ def main(argv: Sequence[str]) -> int:
             except h.BenchError as exc:
                 failure = str(exc)
             rows = bench.rows
+            notes += bench.notes
             policy = measure_policy(args, principal)
     except KeyboardInterrupt:
         h.log("interrupted; server stopped")
@@ -1090,6 +1167,23 @@ def goal_rows(rows: list[Row], wrk: dict[str, WrkResult | None], memory: MemoryR
         ratio = r.http.ms(50) / r.floor.ms(50) if r else None
         add(f"{operation} p50 / floor (c1)", ratio, "≤ 2x", ratio <= 2 if r else None,
             f"floor {r.floor.ms(50):.2f} ms" if r else "")
+    # Issue 23: the write path and the events page after updates and deletes, against their floors.
+    for operation, goal in (("PUT (add)", 2.5), ("PUT (update)", 2.5)):
+        r = row(operation, c_low)
+        ratio = r.http.ms(50) / r.floor.ms(50) if r else None
+        add(f"{operation} p50 / floor (c1)", ratio, f"≤ {goal}x", ratio <= goal if r else None,
+            f"floor {r.floor.ms(50):.2f} ms" if r else "")
+    # The events page after the writes: its statement against the same statement before them (a plan that flips
+    # shows here), and the whole request against its floor.
+    before = row("events page", c_low)
+    after = next((r for r in rows if r.operation.startswith("events page (after") and r.concurrency == c_low), None)
+    if before and after:
+        ratio = after.floor.ms(50) / before.floor.ms(50)
+        add("events page floor p50 after the writes / before (c1)", ratio, "≤ 2x", ratio <= 2,
+            f"{after.floor.ms(50):.2f} vs {before.floor.ms(50):.2f} ms ({after.operation})")
+    for r in (r for r in rows if r.operation.startswith("events") and "(after" in r.operation and r.concurrency == c_low):
+        ratio = r.http.ms(50) / r.floor.ms(50)
+        add(f"{r.operation} p50 / floor (c1)", ratio, "≤ 2x", ratio <= 2, f"floor {r.floor.ms(50):.2f} ms")
     health = row(HEALTHZ_ROW, c_low)
     delta = health.http.ms(50) - health.floor.ms(50) if health else None
     add("/healthz p50 - minimal DRF view p50 ms (c1)", delta, "≤ 0.2", delta <= 0.2 if health else None,

@@ -141,7 +141,9 @@ class MemoryEvent(models.Model):
     class Meta:
         db_table = "memory_events"
         indexes = [
-            GinIndex(fields=["namespace"], name="memory_events_ns_gin"),
+            # For prefixes deeper than the owner. No pending list (fastupdate): every scan reads all of it until
+            # VACUUM merges it, and events arrive one per write (migration 0009).
+            GinIndex(fields=["namespace"], name="memory_events_ns_gin", fastupdate=False),
             models.Index(fields=["occurred_at"], name="memory_events_occurred"),
             # The events page walks the timeline in (tx, seq) order: the whole of it for an admin's short prefix ...
             models.Index(fields=["tx", "seq"], name="memory_events_timeline"),
@@ -151,6 +153,11 @@ class MemoryEvent(models.Model):
             # on namespace[1:n] (CREATE STATISTICS) for prefixes deeper than the owner.
             models.Index(
                 SliceTransform(1, 2, "namespace"), F("tx") + 0, F("seq"), name="memory_events_owner_timeline"
+            ),
+            # ... and a page filtered by kind walks one kind at a time, the walks merged (migration 0009).
+            models.Index(
+                SliceTransform(1, 2, "namespace"), F("kind"), F("tx") + 0, F("seq"),
+                name="memory_events_kind_timeline",
             ),
         ]
 

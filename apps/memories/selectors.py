@@ -224,11 +224,29 @@ def decode_event_cursor(cursor: str) -> Position:
     return pagination.decode_cursor(cursor, EVENTS_CURSOR, int, "after_cursor", id_kind=int)
 
 
-# The timeline's horizon (see events_query): the oldest transaction still running, and the reader's own transaction
-# when it has written (tests run inside one), both as bigints.
-HORIZON_SQL = (
-    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, pg_current_xact_id_if_assigned()::text::bigint"
-)
+# The timeline's horizon (see events_query): the oldest transaction still running in this database, and the
+# reader's own transaction when it has written (tests run inside one), both as bigints.
+#
+# Transaction ids are the whole server's, so pg_snapshot_xmin alone would let a transaction that writes in another
+# database of a shared server (another application's batch job, a stuck session) hold every event back for as long
+# as it stays open. It cannot write this database's events, so it is left out: a running transaction whose id is
+# held by a backend connected elsewhere (pg_locks and pg_stat_activity's pid and datname, which every role may read)
+# does not count. One that ended since the snapshot still counts (it may have been ours), which only delays its
+# successors by one poll. pg_locks is read only when the snapshot shows transactions running.
+HORIZON_SQL = """
+    WITH snapshot AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+    elsewhere AS (
+        SELECT l.transactionid::text::bigint AS xid
+        FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+          AND a.datname IS DISTINCT FROM current_database()
+    )
+    SELECT coalesce(
+        (SELECT min(x::text::bigint) FROM snapshot, pg_snapshot_xip(snapshot.s) AS x
+         WHERE x::text::bigint %% 4294967296 NOT IN (SELECT xid FROM elsewhere)),
+        (SELECT pg_snapshot_xmax(s)::text::bigint FROM snapshot)
+    ), pg_current_xact_id_if_assigned()::text::bigint
+"""
 
 
 @dataclass(frozen=True)
@@ -265,7 +283,8 @@ def events_query(
     horizon taken earlier is as safe, since the transactions older than it ended before this statement's snapshot
     too. Read apart, it is a constant when the page is planned, so the planner knows it excludes almost nothing.
     Memory writes are short, so the horizon trails the present by milliseconds; a long writing transaction
-    anywhere in the database holds it back, which delays events, never loses them.
+    in this database holds it back (one in another database of the server does not: HORIZON_SQL), which delays
+    events, never loses them.
 
     Inside one owner's subtree (a prefix of two or more segments) PostgreSQL walks memory_events_owner_timeline,
     ``(namespace[1:2], tx + 0, seq)``, from the cursor to the horizon, and stops after ``limit`` events. Two
@@ -273,8 +292,14 @@ def events_query(
     (filters.owner_prefix_sql), so a large owner is never mistaken for a few rows to collect and sort; and the
     order and cursor are written ``tx + 0``, which memory_events_timeline cannot provide, so PostgreSQL cannot walk
     every owner's events in order and filter out the others (it did so for a large owner: 70 ms skipping 120k other
-    events after a polling client's cursor). A shorter prefix (admins) walks memory_events_timeline."""
-    tx = "(e.tx + 0)" if len(scope.namespace_prefix) >= filters.OWNER_DEPTH else "e.tx"
+    events after a polling client's cursor). A shorter prefix (admins) walks memory_events_timeline.
+
+    With ``kinds``, inside an owner's subtree the page is one walk per kind on memory_events_kind_timeline,
+    ``(namespace[1:2], kind, tx + 0, seq)``, each stopped after ``limit`` rows, merged in timeline order: a walk of
+    the owner's timeline filtered by kind reads every event of the other kinds in between (a first ``kinds=delete``
+    page after 10k updates read the 12.5k adds and updates before the first delete: 58-61 ms; 0.3 ms merged)."""
+    owner_walk = len(scope.namespace_prefix) >= filters.OWNER_DEPTH
+    tx = "(e.tx + 0)" if owner_walk else "e.tx"
     prefix_sql, prefix_params = filters.owner_prefix_sql(scope.namespace_prefix, "e.namespace")
     filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "e.attributes")
     where = [prefix_sql, filter_sql]
@@ -285,7 +310,7 @@ def events_query(
     else:
         where.append(f"({tx} < %s OR {tx} = %s)")
         params.extend([horizon.oldest_running, horizon.own])
-    if kinds:
+    if kinds and not owner_walk:
         where.append("e.kind = ANY(%s)")
         params.append(kinds)
     if after is not None:
@@ -297,11 +322,19 @@ def events_query(
     if after_position is not None:
         where.append(f"({tx}, e.seq) > (%s, %s)")
         params.extend(after_position)
-    sql = (
-        "SELECT e.tx, e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes "  # noqa: S608
-        f"FROM memory_events e WHERE {' AND '.join(where)} ORDER BY {tx}, e.seq LIMIT %s"
+    columns = "e.tx, e.seq, e.id, e.namespace, e.key, e.kind, e.occurred_at, e.value_ciphertext, e.attributes"
+    if not (kinds and owner_walk):
+        sql = f"SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} ORDER BY {tx}, e.seq LIMIT %s"  # noqa: S608
+        return sql, [*params, limit]
+    # One walk per kind. The kind is compared with =: with = ANY the index order would not be timeline order.
+    walk = (
+        f"(SELECT {columns} FROM memory_events e WHERE {' AND '.join(where)} AND e.kind = %s "  # noqa: S608
+        f"ORDER BY {tx}, e.seq LIMIT %s)"
     )
-    return sql, [*params, limit]
+    kinds = list(dict.fromkeys(kinds))
+    walks = " UNION ALL ".join([walk] * len(kinds))
+    sql = f"SELECT {columns} FROM ({walks}) AS e ORDER BY e.tx, e.seq LIMIT %s"  # noqa: S608
+    return sql, [*(value for kind in kinds for value in (*params, kind, limit)), limit]
 
 
 def list_events(principal: Principal, query: EventQuery) -> dict:

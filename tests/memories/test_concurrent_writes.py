@@ -206,3 +206,27 @@ def test_racing_writers_and_the_expiry_sweep_record_one_expiry(bob_http, session
     assert kinds == ["add", "expired", "add"] + ["update"] * (len(statuses) - 1), kinds
     active, value = _replay(events)
     _assert_final_state(bob_http, active, value)
+
+
+@pytest.fixture
+def open_write_in_another_database():
+    """A transaction that has written (holds a transaction id) in another database of the same PostgreSQL server and
+    stays open: a batch job of another application sharing the server, a pg_dump-era migration, a stuck session."""
+    import psycopg
+    from django.db import connection
+
+    params = dict(connection.get_connection_params())
+    params["dbname"] = "postgres"
+    for option in ("cursor_factory", "context", "prepare_threshold", "options"):
+        params.pop(option, None)
+    with psycopg.connect(**params) as other:
+        other.execute("SELECT pg_current_xact_id()")  # takes a transaction id, as any write does
+        yield
+        other.rollback()
+
+
+def test_an_open_write_in_another_database_holds_up_no_event(bob_http, open_write_in_another_database):
+    with requests.Session() as session:
+        assert _put(session, bob_http, {"writer": "after the other database's transaction began"}).status_code == 200
+
+    assert [event["kind"] for event in _timeline(bob_http)] == ["add"]
