@@ -199,7 +199,7 @@ def measure(args, size: int, server: h.WebServer, tokens: dict[str, str], entry_
                                         concurrency=concurrency, requests=requests * 4, max_seconds=args.max_seconds)
         h.log(f"{size:>7} floor (pk lookup, psycopg) c={concurrency} p50={floor[concurrency].ms(50):.2f} ms")
     for user in READERS:
-        scope = search.Scope(user)
+        scope = search.SearchScope(user)
         headers = {"Authorization": f"Bearer {tokens[user]}"}
         for concurrency, requests in zip(args.concurrency, args.requests, strict=True):
             for method in METHODS:
@@ -215,7 +215,7 @@ def measure(args, size: int, server: h.WebServer, tokens: dict[str, str], entry_
                                  concurrency=concurrency, requests=requests, max_seconds=args.max_seconds)
                 row(results, size, user, f"HTTP {method}", "included" if method != "fulltext" else "-", run, floor)
 
-            def semantic_only(i: int, scope: search.Scope = scope) -> None:
+            def semantic_only(i: int, scope: search.SearchScope = scope) -> None:
                 j = i % len(query_vectors)
                 hits = search.semantic_hits(scope, sem_queries[j], limit=LIMIT + 1, after=None,
                                             query_vector=query_vectors[j], provider=provider)

@@ -1,11 +1,11 @@
-"""Request parsing and response shapes of the attachment endpoints (camelCase)."""
+"""Request parsing of the attachment endpoints (camelCase): ``expiresIn`` and its schema. Response shapes:
+apps.attachments.responses."""
 
 from __future__ import annotations
 
 import re
 
 from django.conf import settings
-from rest_framework import serializers
 
 from apps.core import errors
 
@@ -88,29 +88,3 @@ def expires_in_schema() -> dict:
         f"seconds, from 1 s to {maximum} s (ATTACHMENT_MAX_EXPIRES_IN); empty = the default "
         f"({settings.ATTACHMENT_DEFAULT_EXPIRES_IN} s)",
     }
-
-
-class AttachmentResponse(serializers.Serializer):
-    id = serializers.UUIDField()
-    href = serializers.CharField(help_text="/v1/attachments/{id}")
-    contentType = serializers.CharField()
-    filename = serializers.CharField()
-    size = serializers.IntegerField()
-    sha256 = serializers.CharField(help_text="Hex SHA-256 of the content")
-    expiresAt = serializers.DateTimeField(help_text="Ignored once an entry references the attachment")
-    status = serializers.ChoiceField(choices=["ready"])
-
-
-class AdminAttachmentResponse(AttachmentResponse):
-    userId = serializers.CharField(help_text="The uploader")
-    createdAt = serializers.DateTimeField()
-
-
-class AdminAttachmentPage(serializers.Serializer):
-    data = AdminAttachmentResponse(many=True)
-    afterCursor = serializers.CharField(allow_null=True)
-
-
-class DownloadUrlResponse(serializers.Serializer):
-    url = serializers.CharField(help_text="/v1/attachments/download/{token}/{filename}; no Authorization needed")
-    expiresIn = serializers.IntegerField(help_text="Seconds the URL stays valid")

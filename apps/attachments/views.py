@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -23,11 +22,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.attachments import selectors, serializers, services, signing, storage
+from apps.attachments import responses, selectors, serializers, services, signing, storage
 from apps.attachments.models import Attachment
 from apps.attachments.upload import FILE_FIELD, AttachmentUploadHandler
 from apps.core import audit, crypto, errors, pagination
-from apps.core.serializers import NO_NUL_PATTERN, ErrorSerializer, cursor_parameter, error_responses, limit_parameter
+from apps.core.openapi import page_of
+from apps.core.permissions import IsAuditor, RoleChecked
+from apps.core.requests import page_params, path_uuid, user_id_param
+from apps.core.serializers import USER_ID_SCHEMA, ErrorSerializer, cursor_parameter, error_responses, limit_parameter
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +58,6 @@ MULTIPART_OVERHEAD_BYTES = 64 * 1024
 
 _ID_PARAM = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Attachment id")
 _FILE_RESPONSE = OpenApiResponse(OpenApiTypes.BINARY, description="The file, streamed, with ETag = its sha256")
-
-
-def _path_uuid(value: str, field: str = "id") -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except (ValueError, TypeError, AttributeError):
-        raise errors.validation_error({field: "must be a UUID"}) from None
 
 
 class _AnyAccept(BaseContentNegotiation):
@@ -195,7 +190,7 @@ class AttachmentsView(APIView):
             }
         },
         responses={
-            201: serializers.AttachmentResponse,
+            201: responses.AttachmentResponse,
             **error_responses(400, 401, 413, 415),
             408: OpenApiResponse(
                 ErrorSerializer,
@@ -262,7 +257,7 @@ class AttachmentView(APIView):
         },
     )
     def get(self, request: Request, id: str) -> HttpResponse:
-        attachment = selectors.readable_attachment(request.user, _path_uuid(id))
+        attachment = selectors.readable_attachment(request.user, path_uuid(id, "id"))
         return download_response(request, attachment)
 
     @extend_schema(
@@ -274,7 +269,7 @@ class AttachmentView(APIView):
         responses={204: None, **error_responses(400, 401, 403, 404)},
     )
     def delete(self, request: Request, id: str) -> Response:
-        services.delete_attachment(request.user, _path_uuid(id))
+        services.delete_attachment(request.user, path_uuid(id, "id"))
         return Response(status=204)
 
 
@@ -285,10 +280,10 @@ class DownloadUrlView(APIView):
         description="A time-limited URL (ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN, default 300 s) that downloads the file "
         "without an Authorization header. Same access as the download.",
         parameters=[_ID_PARAM],
-        responses={200: serializers.DownloadUrlResponse, **error_responses(400, 401, 403, 404)},
+        responses={200: responses.DownloadUrlResponse, **error_responses(400, 401, 403, 404)},
     )
     def get(self, request: Request, id: str) -> Response:
-        attachment = selectors.readable_attachment(request.user, _path_uuid(id))
+        attachment = selectors.readable_attachment(request.user, path_uuid(id, "id"))
         expires_in = settings.ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN
         token = signing.make_token(attachment.id, expires_in)
         url = f"/v1/attachments/download/{token}/{quote(attachment.filename, safe='')}"
@@ -321,32 +316,27 @@ class SignedDownloadView(APIView):
         return download_response(request, selectors.get_visible(attachment_id))
 
 
-class AdminAttachmentsView(APIView):
+class AdminAttachmentsView(RoleChecked, APIView):
+    permission_classes = [IsAuditor]
+
     @extend_schema(
         tags=["admin"],
         summary="List all attachments",
         description="Auditor or admin role; newest first; audit-logged. Each item's `href` is the user download, "
         "which applies the user rules to admins too; staff read the bytes with GET /v1/admin/attachments/{id}.",
         parameters=[
-            OpenApiParameter(
-                "userId", {"type": "string", "maxLength": 256, "pattern": NO_NUL_PATTERN}, description="Uploader filter"
-            ),
+            OpenApiParameter("userId", USER_ID_SCHEMA, description="Uploader filter"),
             cursor_parameter(),
             limit_parameter("admin_attachments"),
         ],
-        responses={200: serializers.AdminAttachmentPage, **error_responses(400, 401, 403)},
+        responses={200: page_of(responses.AdminAttachmentResponse), **error_responses(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
-        params = request.query_params
-        user_id = params.get("userId") or None
-        if user_id is not None and ("\x00" in user_id or len(user_id) > 256):
-            raise errors.validation_error({"userId": "must be a user id"})
-        limit = pagination.parse_limit(params.get("limit"), "admin_attachments")
-        cursor = params.get("afterCursor") or None
+        user_id = user_id_param(request.query_params.get("userId"), "userId")
+        cursor, limit = page_params(request, "admin_attachments")
         if cursor is not None:
             pagination.decode_cursor(cursor, selectors.ADMIN_CURSOR)
-        if not request.user.is_auditor:
-            raise errors.forbidden("Requires the auditor or admin role.")
+        self.authorize(request)
         audit.record(
             request.user,
             "admin.attachments.list",
@@ -355,7 +345,8 @@ class AdminAttachmentsView(APIView):
         return Response(selectors.admin_list(user_id=user_id, cursor=cursor, limit=limit))
 
 
-class AdminAttachmentView(APIView):
+class AdminAttachmentView(RoleChecked, APIView):
+    permission_classes = [IsAuditor]
     content_negotiation_class = _AnyAccept
 
     @extend_schema(
@@ -375,8 +366,7 @@ class AdminAttachmentView(APIView):
         },
     )
     def get(self, request: Request, id: str) -> HttpResponse:
-        attachment_id = _path_uuid(id)
-        if not request.user.is_auditor:
-            raise errors.forbidden("Requires the auditor or admin role.")
+        attachment_id = path_uuid(id, "id")
+        self.authorize(request)
         audit.record(request.user, "admin.attachments.get", target_id=str(attachment_id))
         return download_response(request, selectors.admin_get(attachment_id))

@@ -56,8 +56,9 @@ class Hit:
 
 
 @dataclass(frozen=True)
-class Scope:
-    """Whose search: ``user_id`` None = every live conversation (admin search)."""
+class SearchScope:
+    """Which conversations a search covers: those ``user_id`` is a member of, or (None) every live one, for the
+    admin search."""
 
     user_id: str | None
 
@@ -82,7 +83,7 @@ def tsquery_sql(query: str) -> tuple[str, list[Any]]:
 # --- Full-text --------------------------------------------------------------------------------------------------
 
 
-def fulltext_hits(scope: Scope, query: str, *, limit: int, after: tuple[float, UUID] | None) -> list[Hit]:
+def fulltext_hits(scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None) -> list[Hit]:
     """The best ``limit`` conversations by their best-ranked entry, after the keyset position ``after``."""
     tsq_sql, tsq_params = tsquery_sql(query)
     if scope.user_id is None:
@@ -125,7 +126,7 @@ def _embed_query(query: str):
 
 
 def semantic_hits(
-    scope: Scope, query: str, *, limit: int, after: tuple[float, UUID] | None, query_vector=None, provider=None
+    scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None, query_vector=None, provider=None
 ) -> list[Hit]:
     if query_vector is None:
         try:
@@ -143,7 +144,7 @@ def semantic_hits(
 # --- Fused ------------------------------------------------------------------------------------------------------
 
 
-def auto_hits(scope: Scope, query: str, *, limit: int, after: tuple[float, UUID] | None) -> list[Hit]:
+def auto_hits(scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None) -> list[Hit]:
     """Reciprocal rank fusion of the two methods' best FUSION_DEPTH conversations each. The depth is fixed (not
     derived from the page) so a conversation's fused score is the same on every page: paging is stable."""
     depth = int(settings.CONVERSATION_SEARCH_FUSION_DEPTH)
@@ -178,12 +179,12 @@ def auto_hits(scope: Scope, query: str, *, limit: int, after: tuple[float, UUID]
 _METHODS = {"fulltext": fulltext_hits, "semantic": semantic_hits, "auto": auto_hits}
 
 
-def cursor_tag(scope: Scope, search_type: str, query: str) -> str:
+def cursor_tag(scope: SearchScope, search_type: str, query: str) -> str:
     digest = hashlib.sha256(query.encode("utf-8")).hexdigest()[:16]
     return f"search.{scope.tag}.{search_type}.{digest}"
 
 
-def search(scope: Scope, *, query: str, search_type: str, limit: int, cursor: str | None) -> dict:
+def search(scope: SearchScope, *, query: str, search_type: str, limit: int, cursor: str | None) -> dict:
     """One page of the envelope ``{"data": [search result], "afterCursor"}``."""
     page = pagination.keyset_page(
         _Ranking(scope, query, _METHODS[search_type]), tag=cursor_tag(scope, search_type, query), cursor=cursor,
@@ -196,7 +197,7 @@ def search(scope: Scope, *, query: str, search_type: str, limit: int, cursor: st
 class _Ranking:
     """A search method's hits as a keyset (apps.core.pagination): best first by (position, conversation id)."""
 
-    scope: Scope
+    scope: SearchScope
     query: str
     method: Callable[..., list[Hit]]
     kind: type = float

@@ -69,38 +69,35 @@ class ConversationRow:
         return cls(*row[:5], metadata, *row[6:10])
 
 
-def conversation_item(row: ConversationRow, level: str) -> dict:
+def _conversation(row: ConversationRow) -> dict:
+    """What every view of a conversation shows (responses._Conversation)."""
     return {
         "id": str(row.id),
         "title": row.title,
         "ownerUserId": row.owner_user_id,
         "createdAt": isoformat(row.created_at),
         "updatedAt": isoformat(row.updated_at),
-        "accessLevel": level,
     }
+
+
+def _conversation_details(row: ConversationRow) -> dict:
+    return {
+        "metadata": row.metadata,
+        "forkedAtConversationId": _str_or_none(row.forked_at_conversation_id),
+        "forkedAtEntryId": _str_or_none(row.forked_at_entry_id),
+    }
+
+
+def conversation_item(row: ConversationRow, level: str) -> dict:
+    return {**_conversation(row), "accessLevel": level}
 
 
 def conversation_full(row: ConversationRow, level: str) -> dict:
-    return {
-        **conversation_item(row, level),
-        "metadata": row.metadata,
-        "forkedAtConversationId": _str_or_none(row.forked_at_conversation_id),
-        "forkedAtEntryId": _str_or_none(row.forked_at_entry_id),
-    }
+    return {**conversation_item(row, level), **_conversation_details(row)}
 
 
 def conversation_admin(row: ConversationRow) -> dict:
-    return {
-        "id": str(row.id),
-        "title": row.title,
-        "ownerUserId": row.owner_user_id,
-        "createdAt": isoformat(row.created_at),
-        "updatedAt": isoformat(row.updated_at),
-        "metadata": row.metadata,
-        "forkedAtConversationId": _str_or_none(row.forked_at_conversation_id),
-        "forkedAtEntryId": _str_or_none(row.forked_at_entry_id),
-        "deletedAt": isoformat(row.deleted_at),
-    }
+    return {**_conversation(row), **_conversation_details(row), "deletedAt": isoformat(row.deleted_at)}
 
 
 def entry_response(

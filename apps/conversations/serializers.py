@@ -1,8 +1,6 @@
-"""Request validation and response shapes of the conversation endpoints (camelCase, as the interface says).
-
-Request serializers reject unknown fields (D1). Response serializers document the shapes for OpenAPI; selectors
-build the dicts.
-"""
+"""Request validation of the conversation endpoints (camelCase, as the interface says): the bodies, whose
+serializers reject unknown fields (D1), and the query parameters. Response shapes: apps.conversations.responses;
+the append body's exact schema: apps.conversations.openapi."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ import re
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -19,7 +16,6 @@ from apps.conversations.models import Channel
 from apps.core import errors
 from apps.core.pagination import CURSOR_SCHEMA
 from apps.core.serializers import (
-    NO_NUL_PATTERN,
     JsonObjectField,
     NonBlankCharField,
     StrictCharField,
@@ -29,7 +25,6 @@ from apps.core.serializers import (
     body_limit_field,
     json_value_problem,
 )
-from apps.sharing.access import AccessLevel
 
 ROLES = ("USER", "AI")
 MAX_CONTENT_TYPE_CHARS = 128
@@ -195,235 +190,9 @@ def _is_uuid(value: Any) -> bool:
     return True
 
 
-class EntryAppendSchema(OpenApiSerializerExtension):
-    """The append body as two exact shapes (history / context), so clients and fuzzers know what is accepted."""
-
-    target_class = "apps.conversations.serializers.EntryAppendSerializer"
-    priority = 1  # over the generic StrictSerializer extension
-
-    def get_name(self, auto_schema, direction):
-        return "EntryAppend"  # + "Request" (COMPONENT_SPLIT_REQUEST)
-
-    def map_serializer(self, auto_schema, direction):
-        return entry_append_schema()
-
-
-def entry_append_schema() -> dict:
-    uuid_schema = {"type": "string", "format": "uuid"}
-    indexed_content = {
-        "type": ["string", "null"],
-        "pattern": NO_NUL_PATTERN,
-        "description": f"Search index text, at most {settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES} bytes",
-    }
-    common = {
-        "forkedAtConversationId": {**uuid_schema, "description": "Only with a new id: fork this conversation"},
-        "forkedAtEntryId": {**uuid_schema, "description": "Only with a new id: the fork sees entries before it"},
-    }
-    together = {"forkedAtConversationId": ["forkedAtEntryId"], "forkedAtEntryId": ["forkedAtConversationId"]}
-    items = {"minItems": 1, "maxItems": settings.CONVERSATION_ENTRY_MAX_ITEMS}
-    history_item = {
-        "type": "object",
-        "description": "Client data, stored (encrypted) and returned exactly as sent; any other field (events, "
-        "type, ...) is kept. text is what search indexes; attachmentId and attachments[].attachmentId link "
-        "uploaded attachments to the entry (readable by the conversation's readers, no longer expiring).",
-        "properties": {
-            "role": {"type": "string", "enum": list(ROLES)},
-            "text": {"type": "string"},
-            "attachmentId": uuid_schema,
-            "attachments": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"attachmentId": uuid_schema},
-                    "additionalProperties": True,
-                },
-            },
-        },
-        "required": ["role"],
-        "additionalProperties": True,
-    }
-    history = {
-        "type": "object",
-        "title": "HistoryEntryAppend",
-        "properties": {
-            "channel": {"type": "string", "const": Channel.HISTORY.value, "default": Channel.HISTORY.value},
-            "contentType": {
-                "type": "string",
-                "pattern": HISTORY_CONTENT_TYPE_PATTERN,
-                "maxLength": MAX_CONTENT_TYPE_CHARS,
-                "default": "history",
-                "description": "history, or history/<flavour> (history/vercelai, history/lc4j, ...)",
-            },
-            "content": {"type": "array", "items": history_item, **items},
-            "indexedContent": indexed_content,
-            **common,
-        },
-        "required": ["content"],
-        "additionalProperties": False,
-        "dependentRequired": together,
-    }
-    context = {
-        "type": "object",
-        "title": "ContextEntryAppend",
-        "description": "Needs an API-key client (X-API-Key); visible only to that client. Never indexed or "
-        "searched (no indexedContent: 400) and never the source of a conversation's title; an attachment it "
-        "references is readable by its uploader and, through the same client, by the conversation's readers.",
-        "properties": {
-            "channel": {"type": "string", "const": Channel.CONTEXT.value},
-            "contentType": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": MAX_CONTENT_TYPE_CHARS,
-                "pattern": NO_NUL_PATTERN,
-                "default": "context",
-            },
-            "content": {"type": "array", "items": {"type": "object", "additionalProperties": True}, **items},
-            **common,
-        },
-        "required": ["channel", "content"],
-        "additionalProperties": False,
-        "dependentRequired": together,
-    }
-    return {
-        "oneOf": [history, context],
-        "description": f"content serialized as JSON may take at most {settings.CONVERSATION_ENTRY_MAX_CONTENT_BYTES} "
-        "bytes (413 beyond)",
-    }
-
-
-# --- Query parameters -------------------------------------------------------------------------------------------
-
-LIST_MODES = ("all", "roots", "latest-fork")
-
-
-def list_mode(raw: str | None) -> str:
-    if raw is None or raw == "":
-        return "latest-fork"
-    if raw not in LIST_MODES:
-        raise errors.validation_error({"mode": "must be one of all, roots, latest-fork"})
-    return raw
-
-
-def title_query(raw: str | None) -> str | None:
-    if raw is None or raw == "":
-        return None
-    if len(raw) > MAX_QUERY_CHARS or "\x00" in raw:
-        raise errors.validation_error({"query": f"must be at most {MAX_QUERY_CHARS} characters without NUL"})
-    return raw
-
-
-def channel_param(raw: str | None) -> str | None:
-    if raw is None or raw == "":
-        return None
-    if raw not in Channel.values:
-        raise errors.validation_error({"channel": "must be history or context"})
-    return raw
-
-
-def bool_param(raw: str | None, name: str) -> bool:
-    if raw is None or raw == "":
-        return False
-    lowered = raw.lower()
-    if lowered in ("true", "1"):
-        return True
-    if lowered in ("false", "0"):
-        return False
-    raise errors.validation_error({name: "must be true or false"})
-
-
-def user_id_param(raw: str | None, name: str) -> str | None:
-    if raw is None or raw == "":
-        return None
-    if len(raw) > 256 or "\x00" in raw:
-        raise errors.validation_error({name: "must be at most 256 characters without NUL"})
-    return raw
-
-
-# --- Response shapes (documentation) ----------------------------------------------------------------------------
-
-LEVELS = [level.value for level in AccessLevel]
-
-
-class ConversationListItem(serializers.Serializer):
-    id = serializers.UUIDField()
-    title = serializers.CharField()
-    ownerUserId = serializers.CharField()
-    createdAt = serializers.DateTimeField()
-    updatedAt = serializers.DateTimeField()
-    accessLevel = serializers.ChoiceField(choices=LEVELS, help_text="The caller's level")
-
-
-class ConversationResponse(ConversationListItem):
-    metadata = serializers.DictField()
-    forkedAtConversationId = serializers.UUIDField(allow_null=True)
-    forkedAtEntryId = serializers.UUIDField(allow_null=True)
-
-
-class ConversationPage(serializers.Serializer):
-    data = ConversationListItem(many=True)
-    afterCursor = serializers.CharField(allow_null=True)
-
-
-class EntryResponse(serializers.Serializer):
-    id = serializers.UUIDField()
-    conversationId = serializers.UUIDField()
-    userId = serializers.CharField()
-    channel = serializers.ChoiceField(choices=Channel.values)
-    contentType = serializers.CharField()
-    content = serializers.ListField(
-        child=serializers.DictField(),
-        allow_null=True,
-        help_text="null only when the stored content cannot be decrypted (then contentError says so)",
-    )
-    contentError = serializers.ChoiceField(
-        choices=["undecryptable"],
-        required=False,
-        help_text="Present only when content is null: the stored content does not decrypt with the service's keys "
-        "(a key missing from MEMORY_ENCRYPTION_KEYS, or a damaged row). The other entries of the page are served.",
-    )
-    createdAt = serializers.DateTimeField()
-
-
-class EntryPage(serializers.Serializer):
-    data = EntryResponse(many=True)
-    afterCursor = serializers.CharField(allow_null=True)
-
-
-class ForkItem(serializers.Serializer):
-    conversationId = serializers.UUIDField()
-    title = serializers.CharField()
-    forkedAtConversationId = serializers.UUIDField(allow_null=True)
-    forkedAtEntryId = serializers.UUIDField(allow_null=True)
-    createdAt = serializers.DateTimeField()
-
-
-class ForkPage(serializers.Serializer):
-    data = ForkItem(many=True)
-    afterCursor = serializers.CharField(allow_null=True)
-
-
-class AdminConversation(serializers.Serializer):
-    id = serializers.UUIDField()
-    title = serializers.CharField()
-    ownerUserId = serializers.CharField()
-    createdAt = serializers.DateTimeField()
-    updatedAt = serializers.DateTimeField()
-    metadata = serializers.DictField()
-    forkedAtConversationId = serializers.UUIDField(allow_null=True)
-    forkedAtEntryId = serializers.UUIDField(allow_null=True)
-    deletedAt = serializers.DateTimeField(allow_null=True)
-
-
-class AdminConversationPage(serializers.Serializer):
-    data = AdminConversation(many=True)
-    afterCursor = serializers.CharField(allow_null=True)
-
-
 # --- Search (D5) ------------------------------------------------------------------------------------------------
 
 SEARCH_TYPES = ("auto", "fulltext", "semantic")
-
-
 
 
 @extend_schema_field(
@@ -492,29 +261,30 @@ def index_items_serializer(data: Any = _SCHEMA_ONLY) -> serializers.ListSerializ
     )
 
 
-class IndexResponse(serializers.Serializer):
-    indexed = serializers.IntegerField(help_text="How many entries got the new index text")
+# --- Query parameters (boolean and user id ones: apps.core.requests) ----------------------------------------
+
+LIST_MODES = ("all", "roots", "latest-fork")
 
 
-class SearchResult(serializers.Serializer):
-    conversationId = serializers.UUIDField()
-    conversationTitle = serializers.CharField()
-    entryId = serializers.UUIDField()
-    score = serializers.FloatField(min_value=0, max_value=1, help_text="Higher is better, in [0, 1]")
-    highlights = serializers.CharField(help_text="A snippet of the index text with matched terms wrapped in **")
-    entry = EntryResponse()
+def list_mode(raw: str | None) -> str:
+    if raw is None or raw == "":
+        return "latest-fork"
+    if raw not in LIST_MODES:
+        raise errors.validation_error({"mode": "must be one of all, roots, latest-fork"})
+    return raw
 
 
-class SearchPage(serializers.Serializer):
-    data = SearchResult(many=True)
-    afterCursor = serializers.CharField(allow_null=True)
+def title_query(raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if len(raw) > MAX_QUERY_CHARS or "\x00" in raw:
+        raise errors.validation_error({"query": f"must be at most {MAX_QUERY_CHARS} characters without NUL"})
+    return raw
 
 
-class UnindexedItem(serializers.Serializer):
-    conversationId = serializers.UUIDField()
-    entry = EntryResponse()
-
-
-class UnindexedPage(serializers.Serializer):
-    data = UnindexedItem(many=True)
-    afterCursor = serializers.CharField(allow_null=True)
+def channel_param(raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if raw not in Channel.values:
+        raise errors.validation_error({"channel": "must be history or context"})
+    return raw

@@ -11,11 +11,13 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.conversations import responses, selectors, serializers, services
 from apps.conversations import search as conversation_search
-from apps.conversations import selectors, serializers, services
-from apps.core import audit, errors, pagination
-from apps.core.openapi import EnvelopeAutoSchema
-from apps.core.serializers import NO_NUL_PATTERN, cursor_parameter, error_responses, limit_parameter, path_uuid
+from apps.core import audit, pagination
+from apps.core.openapi import page_of
+from apps.core.permissions import IsAuditor, IsIndexer, RoleChecked
+from apps.core.requests import flag_param, page_params, path_uuid, user_id_param, validated
+from apps.core.serializers import NO_NUL_PATTERN, USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
 AFTER_CURSOR = cursor_parameter()
@@ -29,14 +31,7 @@ CHANNEL = OpenApiParameter(
 ID_SEGMENT = r"(?!search$|unindexed$|index$)[^/]+"
 
 
-def _validated(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
-class ConversationViewSet(viewsets.ViewSet):
-    schema = EnvelopeAutoSchema()
+class ConversationViewSet(RoleChecked, viewsets.ViewSet):
     lookup_field = "conversationId"
     lookup_value_regex = ID_SEGMENT
 
@@ -56,28 +51,24 @@ class ConversationViewSet(viewsets.ViewSet):
             AFTER_CURSOR,
             limit_parameter("conversations"),
         ],
-        responses={200: serializers.ConversationPage, **error_responses(400, 401)},
+        responses={200: page_of(responses.ConversationListItem), **error_responses(400, 401)},
     )
     def list(self, request: Request) -> Response:
         params = request.query_params
         mode = serializers.list_mode(params.get("mode"))
         query = serializers.title_query(params.get("query"))
-        limit = pagination.parse_limit(params.get("limit"), "conversations")
-        return Response(
-            selectors.list_conversations(
-                request.user, mode=mode, query=query, cursor=params.get("afterCursor") or None, limit=limit
-            )
-        )
+        cursor, limit = page_params(request, "conversations")
+        return Response(selectors.list_conversations(request.user, mode=mode, query=query, cursor=cursor, limit=limit))
 
     @extend_schema(
         tags=["conversations"],
         summary="Create a conversation",
         description="The caller becomes its owner. A client-chosen `id` that already exists is 409.",
         request=serializers.ConversationCreateSerializer,
-        responses={201: serializers.ConversationResponse, **error_responses(400, 401, 409)},
+        responses={201: responses.ConversationResponse, **error_responses(400, 401, 409)},
     )
     def create(self, request: Request) -> Response:
-        data = _validated(serializers.ConversationCreateSerializer, request.data)
+        data = validated(serializers.ConversationCreateSerializer, request.data)
         body = services.create_conversation(
             request.user, conversation_id=data.get("id"), title=data.get("title"), metadata=data.get("metadata")
         )
@@ -87,7 +78,7 @@ class ConversationViewSet(viewsets.ViewSet):
         tags=["conversations"],
         summary="Get a conversation",
         parameters=[CONVERSATION_ID],
-        responses={200: serializers.ConversationResponse, **error_responses(400, 401, 403, 404)},
+        responses={200: responses.ConversationResponse, **error_responses(400, 401, 403, 404)},
     )
     def retrieve(self, request: Request, conversationId: str) -> Response:
         return Response(selectors.get_conversation(request.user, path_uuid(conversationId, "conversationId")))
@@ -98,11 +89,11 @@ class ConversationViewSet(viewsets.ViewSet):
         description="Writer or above.",
         parameters=[CONVERSATION_ID],
         request=serializers.ConversationUpdateSerializer,
-        responses={200: serializers.ConversationResponse, **error_responses(400, 401, 403, 404)},
+        responses={200: responses.ConversationResponse, **error_responses(400, 401, 403, 404)},
     )
     def partial_update(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        data = _validated(serializers.ConversationUpdateSerializer, request.data)
+        data = validated(serializers.ConversationUpdateSerializer, request.data)
         return Response(
             services.update_conversation(
                 request.user, conversation_id, title=data.get("title"), metadata=data.get("metadata")
@@ -128,19 +119,14 @@ class ConversationViewSet(viewsets.ViewSet):
         "context entries are visible only to the API-key client that wrote them (channel=context without a "
         "client is 403).",
         parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter("conversation_entries")],
-        responses={200: serializers.EntryPage, **error_responses(400, 401, 403, 404)},
+        responses={200: page_of(responses.EntryResponse), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
     def entries(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        params = request.query_params
-        channel = serializers.channel_param(params.get("channel"))
-        limit = pagination.parse_limit(params.get("limit"), "conversation_entries")
-        return Response(
-            selectors.list_entries(
-                request.user, conversation_id, channel=channel, cursor=params.get("afterCursor") or None, limit=limit
-            )
-        )
+        channel = serializers.channel_param(request.query_params.get("channel"))
+        cursor, limit = page_params(request, "conversation_entries")
+        return Response(selectors.list_entries(request.user, conversation_id, channel=channel, cursor=cursor, limit=limit))
 
     @extend_schema(
         tags=["conversations"],
@@ -154,12 +140,12 @@ class ConversationViewSet(viewsets.ViewSet):
         "(indexedContent on a context entry is 400).",
         parameters=[CONVERSATION_ID],
         request=serializers.EntryAppendSerializer,
-        responses={201: serializers.EntryResponse, **error_responses(400, 401, 403, 404, 413)},
+        responses={201: responses.EntryResponse, **error_responses(400, 401, 403, 404, 413)},
     )
     @entries.mapping.post
     def append_entry(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        data = _validated(serializers.EntryAppendSerializer, request.data)
+        data = validated(serializers.EntryAppendSerializer, request.data)
         return Response(services.append_entry(request.user, conversation_id, data), status=201)
 
     @extend_schema(
@@ -175,15 +161,15 @@ class ConversationViewSet(viewsets.ViewSet):
         "400). Entries are searchable once indexed: at once with `indexedContent`, otherwise within seconds "
         "(background indexer).",
         request=serializers.SearchSerializer,
-        responses={200: serializers.SearchPage, **error_responses(400, 401, 503)},
+        responses={200: page_of(responses.SearchResult), **error_responses(400, 401, 503)},
     )
     @action(detail=False, methods=["post"], url_path="search")
     def search(self, request: Request) -> Response:
-        data = _validated(serializers.SearchSerializer, request.data)
+        data = validated(serializers.SearchSerializer, request.data)
         limit = pagination.parse_limit(data.get("limit"), "conversation_search")
         return Response(
             conversation_search.search(
-                conversation_search.Scope(request.user.user_id),
+                conversation_search.SearchScope(request.user.user_id),
                 query=data["query"],
                 search_type=data["searchType"],
                 limit=limit,
@@ -197,14 +183,13 @@ class ConversationViewSet(viewsets.ViewSet):
         description="History entries of live conversations that have no index text yet, oldest first, for an "
         "external indexer that sets it with POST /v1/conversations/index. Indexer or admin role (403 otherwise).",
         parameters=[AFTER_CURSOR, limit_parameter("conversations_unindexed")],
-        responses={200: serializers.UnindexedPage, **error_responses(400, 401, 403)},
+        responses={200: page_of(responses.UnindexedItem), **error_responses(400, 401, 403)},
     )
-    @action(detail=False, methods=["get"], url_path="unindexed")
+    @action(detail=False, methods=["get"], url_path="unindexed", permission_classes=[IsIndexer])
     def unindexed(self, request: Request) -> Response:
-        params = request.query_params
-        limit = pagination.parse_limit(params.get("limit"), "conversations_unindexed")
-        require_indexer(request)
-        return Response(conversation_search.unindexed(cursor=params.get("afterCursor") or None, limit=limit))
+        cursor, limit = page_params(request, "conversations_unindexed")
+        self.authorize(request)
+        return Response(conversation_search.unindexed(cursor=cursor, limit=limit))
 
     @extend_schema(
         tags=["conversations"],
@@ -214,46 +199,32 @@ class ConversationViewSet(viewsets.ViewSet):
         "from the background indexer). All or nothing: an item whose entry is not a history entry of that "
         "conversation makes the whole batch 404 (`details.entryIds`). Indexer or admin role (403 otherwise).",
         request=serializers.index_items_serializer(),
-        responses={200: serializers.IndexResponse, **error_responses(400, 401, 403, 404)},
+        responses={200: responses.IndexResponse, **error_responses(400, 401, 403, 404)},
     )
-    @action(detail=False, methods=["post"], url_path="index")
+    @action(detail=False, methods=["post"], url_path="index", permission_classes=[IsIndexer])
     def index(self, request: Request) -> Response:
-        serializer = serializers.index_items_serializer(request.data)
-        serializer.is_valid(raise_exception=True)
-        require_indexer(request)
-        return Response({"indexed": services.index_entries(serializer.validated_data)})
+        items = validated(serializers.index_items_serializer, request.data)
+        self.authorize(request)
+        return Response({"indexed": services.index_entries(items)})
 
     @extend_schema(
         tags=["conversations"],
         summary="List the conversation's fork tree",
         description="Every conversation of the tree, the root included, oldest first.",
         parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("conversation_forks")],
-        responses={200: serializers.ForkPage, **error_responses(400, 401, 403, 404)},
+        responses={200: page_of(responses.ForkItem), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="forks")
     def forks(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        params = request.query_params
-        limit = pagination.parse_limit(params.get("limit"), "conversation_forks")
-        return Response(
-            selectors.forks(request.user, conversation_id, cursor=params.get("afterCursor") or None, limit=limit)
-        )
+        cursor, limit = page_params(request, "conversation_forks")
+        return Response(selectors.forks(request.user, conversation_id, cursor=cursor, limit=limit))
 
 
-def require_indexer(request: Request) -> None:
-    if not request.user.is_indexer:
-        raise errors.forbidden("Requires the indexer or admin role.")
-
-
-def require_auditor(request: Request) -> None:
-    if not request.user.is_auditor:
-        raise errors.forbidden("Requires the auditor or admin role.")
-
-
-class AdminConversationViewSet(viewsets.ViewSet):
+class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
     """Auditor or admin role (403 for others); every call is audit-logged before it answers."""
 
-    schema = EnvelopeAutoSchema()
+    permission_classes = [IsAuditor]
     lookup_field = "conversationId"
     lookup_value_regex = ID_SEGMENT
 
@@ -263,30 +234,26 @@ class AdminConversationViewSet(viewsets.ViewSet):
         description="Newest first by updatedAt. `userId` filters by owner; deleted conversations only with "
         "`includeDeleted=true`.",
         parameters=[
-            OpenApiParameter(
-                "userId", {"type": "string", "maxLength": 256, "pattern": NO_NUL_PATTERN}, description="Owner filter"
-            ),
+            OpenApiParameter("userId", USER_ID_SCHEMA, description="Owner filter"),
             OpenApiParameter("includeDeleted", bool),
             AFTER_CURSOR,
             limit_parameter("admin_conversations"),
         ],
-        responses={200: serializers.AdminConversationPage, **error_responses(400, 401, 403)},
+        responses={200: page_of(responses.AdminConversation), **error_responses(400, 401, 403)},
     )
     def list(self, request: Request) -> Response:
-        params = request.query_params
-        user_id = serializers.user_id_param(params.get("userId"), "userId")
-        include_deleted = serializers.bool_param(params.get("includeDeleted"), "includeDeleted")
-        limit = pagination.parse_limit(params.get("limit"), "admin_conversations")
-        require_auditor(request)
+        user_id = user_id_param(request.query_params.get("userId"), "userId")
+        include_deleted = flag_param(request.query_params.get("includeDeleted"), "includeDeleted")
+        cursor, limit = page_params(request, "admin_conversations")
+        self.authorize(request)
         audit.record(
             request.user,
             "admin.conversations.list",
-            params={"userId": user_id, "includeDeleted": include_deleted, "limit": limit,
-                    "afterCursor": bool(params.get("afterCursor"))},
+            params={"userId": user_id, "includeDeleted": include_deleted, "limit": limit, "afterCursor": bool(cursor)},
         )
         return Response(
             selectors.admin_list_conversations(
-                user_id=user_id, include_deleted=include_deleted, cursor=params.get("afterCursor") or None, limit=limit
+                user_id=user_id, include_deleted=include_deleted, cursor=cursor, limit=limit
             )
         )
 
@@ -294,11 +261,11 @@ class AdminConversationViewSet(viewsets.ViewSet):
         tags=["admin"],
         summary="Get any conversation (deleted ones too, with deletedAt)",
         parameters=[CONVERSATION_ID],
-        responses={200: serializers.AdminConversation, **error_responses(400, 401, 403, 404)},
+        responses={200: responses.AdminConversation, **error_responses(400, 401, 403, 404)},
     )
     def retrieve(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        require_auditor(request)
+        self.authorize(request)
         audit.record(request.user, "admin.conversations.get", target_id=str(conversation_id))
         return Response(selectors.admin_get_conversation(conversation_id))
 
@@ -306,48 +273,40 @@ class AdminConversationViewSet(viewsets.ViewSet):
         tags=["admin"],
         summary="List any conversation's entries (all channels)",
         parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter("admin_conversation_entries")],
-        responses={200: serializers.EntryPage, **error_responses(400, 401, 403, 404)},
+        responses={200: page_of(responses.EntryResponse), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
     def entries(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        params = request.query_params
-        channel = serializers.channel_param(params.get("channel"))
-        limit = pagination.parse_limit(params.get("limit"), "admin_conversation_entries")
-        require_auditor(request)
+        channel = serializers.channel_param(request.query_params.get("channel"))
+        cursor, limit = page_params(request, "admin_conversation_entries")
+        self.authorize(request)
         audit.record(
             request.user,
             "admin.conversations.entries",
             target_id=str(conversation_id),
-            params={"channel": channel, "limit": limit, "afterCursor": bool(params.get("afterCursor"))},
+            params={"channel": channel, "limit": limit, "afterCursor": bool(cursor)},
         )
-        return Response(
-            selectors.admin_list_entries(
-                conversation_id, channel=channel, cursor=params.get("afterCursor") or None, limit=limit
-            )
-        )
+        return Response(selectors.admin_list_entries(conversation_id, channel=channel, cursor=cursor, limit=limit))
 
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's fork tree (deleted forks too)",
         parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_forks")],
-        responses={200: serializers.ForkPage, **error_responses(400, 401, 403, 404)},
+        responses={200: page_of(responses.ForkItem), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="forks")
     def forks(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        params = request.query_params
-        limit = pagination.parse_limit(params.get("limit"), "admin_conversation_forks")
-        require_auditor(request)
+        cursor, limit = page_params(request, "admin_conversation_forks")
+        self.authorize(request)
         audit.record(
             request.user,
             "admin.conversations.forks",
             target_id=str(conversation_id),
-            params={"limit": limit, "afterCursor": bool(params.get("afterCursor"))},
+            params={"limit": limit, "afterCursor": bool(cursor)},
         )
-        return Response(
-            selectors.admin_forks(conversation_id, cursor=params.get("afterCursor") or None, limit=limit)
-        )
+        return Response(selectors.admin_forks(conversation_id, cursor=cursor, limit=limit))
 
     @extend_schema(
         tags=["admin"],
@@ -355,13 +314,13 @@ class AdminConversationViewSet(viewsets.ViewSet):
         description="As POST /v1/conversations/search over every live conversation, whoever its members are. "
         "Audit-logged.",
         request=serializers.AdminSearchSerializer,
-        responses={200: serializers.SearchPage, **error_responses(400, 401, 403, 503)},
+        responses={200: page_of(responses.SearchResult), **error_responses(400, 401, 403, 503)},
     )
     @action(detail=False, methods=["post"], url_path="search")
     def search(self, request: Request) -> Response:
-        data = _validated(serializers.AdminSearchSerializer, request.data)
+        data = validated(serializers.AdminSearchSerializer, request.data)
         limit = pagination.parse_limit(data.get("limit"), "admin_conversation_search")
-        require_auditor(request)
+        self.authorize(request)
         audit.record(
             request.user,
             "admin.conversations.search",
@@ -370,7 +329,7 @@ class AdminConversationViewSet(viewsets.ViewSet):
         )
         return Response(
             conversation_search.search(
-                conversation_search.Scope(None),
+                conversation_search.SearchScope(None),
                 query=data["query"],
                 search_type=data["searchType"],
                 limit=limit,

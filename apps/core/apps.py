@@ -7,7 +7,7 @@ class CoreConfig(AppConfig):
     verbose_name = "Core: credentials and service settings"
 
     def ready(self) -> None:
-        from apps.core import policy, readiness, schema_honesty  # noqa: F401  (schema_honesty: its schema extension)
+        from apps.core import policy, readiness
 
         readiness.register("database", readiness.check_database)
         readiness.register("redis", readiness.check_redis)

@@ -1,15 +1,27 @@
-"""OpenAPI generation details shared by every view (DEFAULT_SCHEMA_CLASS) and the apps' ViewSets."""
+"""OpenAPI generation details shared by every view: the schema class (DEFAULT_SCHEMA_CLASS) and the page envelope
+of every cursor-paginated list."""
 
 from __future__ import annotations
 
+import functools
+import re
+
 from drf_spectacular.openapi import AutoSchema
+from rest_framework import serializers
 from rest_framework.serializers import ListSerializer
 
 
 class ServiceAutoSchema(AutoSchema):
-    """drf-spectacular's AutoSchema, stating a list body's bounds: ``many=True`` with ``allow_empty=False`` or
-    ``max_length`` refuses an empty or longer array (400), so the schema says minItems/maxItems (tests/fuzz holds
-    the server to every schema-valid request)."""
+    """drf-spectacular's AutoSchema, with two differences:
+
+    - a list body's bounds: ``many=True`` with ``allow_empty=False`` or ``max_length`` refuses an empty or longer
+      array (400), so the schema says minItems/maxItems (tests/fuzz holds the server to every schema-valid request);
+    - no response is a bare array: every list answers its page envelope (``page_of``), which drf-spectacular
+      would otherwise wrap in an array for a ViewSet's ``list``.
+    """
+
+    def _is_list_view(self, serializer=None) -> bool:
+        return False
 
     def _unwrap_list_serializer(self, serializer, direction):
         schema = super()._unwrap_list_serializer(serializer, direction)
@@ -23,9 +35,11 @@ class ServiceAutoSchema(AutoSchema):
         return schema
 
 
-class EnvelopeAutoSchema(ServiceAutoSchema):
-    """For ViewSets whose ``list`` answers the page envelope (``{"data": [...], "afterCursor": ...}``) rather than
-    a bare array: drf-spectacular would otherwise wrap the declared response in an array for ``list`` actions."""
-
-    def _is_list_view(self, serializer=None) -> bool:
-        return False
+@functools.cache
+def page_of(item: type[serializers.Serializer]) -> type[serializers.Serializer]:
+    """The page envelope of a cursor-paginated list of ``item``, as apps.core.pagination.envelope builds it:
+    ``{"data": [item], "afterCursor": string | null}``. One serializer (one schema component) per item type, named
+    after the item without a trailing ListItem, Item, Response or Result: ConversationListItem -> ConversationPage."""
+    name = re.sub(r"(ListItem|Item|Response|Result)$", "", item.__name__) + "Page"
+    fields = {"data": item(many=True), "afterCursor": serializers.CharField(allow_null=True)}
+    return type(name, (serializers.Serializer,), {"__module__": item.__module__, **fields})

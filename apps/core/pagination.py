@@ -67,14 +67,15 @@ LIMITS: dict[str, LimitBounds] = {
 MAX_OFFSET = 10_000  # memory search pages by offset (D3)
 
 
-def parse_limit(raw: Any, endpoint: str, field: str = "limit") -> int:
-    """The request's limit, or the endpoint default when absent; anything else than an integer in bounds is 400."""
+def parse_limit(raw: Any, endpoint: str, field: str = "limit", *, body: bool = False) -> int:
+    """The request's limit, or the endpoint default when absent; anything else than an integer in bounds is 400.
+    A query value is text ("5"); a JSON body's (``body=True``) must be a JSON integer."""
     bounds = LIMITS[endpoint]
     if raw is None:
         return bounds.default  # an empty query value is not absent: int("") below makes it a 400 (D3)
     if isinstance(raw, bool):
         raise _limit_error(field, bounds)
-    if isinstance(raw, str):
+    if isinstance(raw, str) and not body:
         try:
             raw = int(raw.strip())
         except ValueError:

@@ -1,33 +1,18 @@
 """Keeps /openapi.json honest about what every endpoint really does, so clients and the fuzzer (tests/fuzz) can
-trust it: unknown request fields are refused, and every error a request can meet is documented with D1's body.
+trust it: every error a request can meet is documented with D1's body. (That unknown request fields are refused
+is said by apps.core.serializers.StrictSerializerSchema.)
 
-Registered in SPECTACULAR_SETTINGS (``POSTPROCESSING_HOOKS``); the serializer extension registers on import
-(apps.core.apps). New endpoints get both without doing anything.
+Registered in SPECTACULAR_SETTINGS (``POSTPROCESSING_HOOKS``): new endpoints get it without doing anything.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiSerializerExtension
-
 from apps.core.serializers import _ERROR_DESCRIPTIONS
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 _METHODS = {"get", "put", "post", "patch", "delete"}
-
-
-class StrictSerializerSchema(OpenApiSerializerExtension):
-    """A StrictSerializer refuses unknown top-level fields with 400 (D1): say so in the request schema."""
-
-    target_class = "apps.core.serializers.StrictSerializer"
-    match_subclasses = True
-
-    def map_serializer(self, auto_schema, direction):
-        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
-        if direction == "request":
-            schema["additionalProperties"] = False
-        return schema
 
 
 def _error_response(status: int) -> dict[str, Any]:

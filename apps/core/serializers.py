@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import uuid
 from datetime import UTC
@@ -13,7 +14,8 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from apps.core import errors
-from apps.core.pagination import CURSOR_SCHEMA, LIMITS
+from apps.core.auth.tokens import MAX_USER_ID_CHARS
+from apps.core.pagination import CURSOR_SCHEMA, LIMITS, parse_limit
 
 
 def _clone_field(field: serializers.Field) -> serializers.Field:
@@ -104,8 +106,6 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
-# The JSON checks below started in apps.memories.serializers (which still has its own copy: left alone to keep
-# concurrent branches mergeable; it can import these).
 MAX_VALUE_NESTING = 32
 _INT64 = range(-(2**63), 2**63)
 
@@ -227,25 +227,11 @@ class StrictUUIDField(serializers.Field):
         return str(value)
 
 
-def path_uuid(value: str, field: str) -> Any:
-    """A UUID from a URL path segment; anything else is a 400 naming ``field`` (D1: malformed UUIDs in paths)."""
-    try:
-        return uuid.UUID(value)
-    except (ValueError, TypeError, AttributeError):
-        raise errors.validation_error({field: "must be a UUID"}) from None
-
-
-def path_text(value: str, field: str, max_chars: int = 256) -> str:
-    """A user id or similar free text from a URL path segment: non-empty, bounded, no NUL (PostgreSQL text rejects
-    it, and it can never name a real row)."""
-    if not value or len(value) > max_chars or "\x00" in value:
-        raise errors.validation_error({field: f"must be 1 to {max_chars} characters without NUL"})
-    return value
-
-
 # --- OpenAPI: say what the strict fields enforce, so generated clients and fuzzers send what is accepted --------
 
 NO_NUL_PATTERN = r"^[^\u0000]*$"
+# A user id anywhere in a request (path, query, body) is at most as long as one a token may carry.
+USER_ID_SCHEMA = {"type": "string", "maxLength": MAX_USER_ID_CHARS, "pattern": NO_NUL_PATTERN}
 # No NUL, and something besides whitespace: what a field that trims and refuses blanks takes.
 NOT_BLANK_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
 
@@ -280,13 +266,17 @@ class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
         return schema
 
 
+def limit_schema(endpoint: str) -> dict[str, Any]:
+    """A list's ``limit`` in OpenAPI, with the bounds apps.core.pagination enforces (``LIMITS``)."""
+    bounds = LIMITS[endpoint]
+    return {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
+
+
 def limit_parameter(endpoint: str) -> OpenApiParameter:
-    """The ``limit`` query parameter of a paginated list, with the bounds apps.core.pagination enforces."""
+    """The ``limit`` query parameter of a paginated list."""
     bounds = LIMITS[endpoint]
     return OpenApiParameter(
-        "limit",
-        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default},
-        description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}",
+        "limit", limit_schema(endpoint), description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}"
     )
 
 
@@ -297,19 +287,18 @@ def cursor_parameter(name: str = "afterCursor") -> OpenApiParameter:
     )
 
 
+@functools.cache
 def body_limit_field(endpoint: str) -> type[serializers.JSONField]:
     """The ``limit`` of a JSON request body: a JSON integer (``"5"`` is a 400: body types are strict, unlike a query
-    string's, where every value is text). Its bounds are checked by apps.core.pagination.parse_limit, the one place
-    limits are checked; the schema states both."""
-    bounds = LIMITS[endpoint]
+    string's, where every value is text) within ``LIMITS[endpoint]``, checked by apps.core.pagination.parse_limit,
+    the one place limits are checked; the schema states both."""
 
-    @extend_schema_field(
-        {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
-    )
+    @extend_schema_field(limit_schema(endpoint))
     class BodyLimitField(serializers.JSONField):
-        def to_internal_value(self, data: Any) -> Any:
-            if data is not None and (isinstance(data, bool) or not isinstance(data, int)):
-                raise serializers.ValidationError(f"must be an integer between {bounds.minimum} and {bounds.maximum}")
-            return data
+        def to_internal_value(self, data: Any) -> int:
+            try:
+                return parse_limit(data, endpoint, self.field_name, body=True)
+            except errors.ApiError as refusal:  # reported with the body's other fields
+                raise serializers.ValidationError(refusal.details["fields"][self.field_name]) from None
 
     return BodyLimitField

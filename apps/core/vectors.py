@@ -2,10 +2,10 @@
 
 - ``create_hnsw_index``: the HNSW cosine index per embedding dimension, a partial expression index on
   ``embedding::vector(<dimension>)`` (the columns are untyped ``vector`` so one table serves any provider), created
-  by ``manage.py migrate`` (a post_migrate step of each app with vectors, for the configured provider) and by
-  ``reindex_memories``, under an advisory lock so that processes arriving together do not collide; queries use the
-  same expression so the planner can take it. Never on the request path: the service may run as a database role
-  without DDL rights (``check_hnsw_index`` only looks the index up).
+  by ``manage.py migrate`` (``create_index_after_migrate``: a post_migrate step of each app with vectors, for the
+  configured provider) and by ``reindex_memories``, under an advisory lock so that processes arriving together do
+  not collide; queries use the same expression so the planner can take it. Never on the request path: the service
+  may run as a database role without DDL rights (``check_hnsw_index`` only looks the index up).
 - ``ScopeSizes``: the exact-vs-ANN plan choice. A scope of at most ``threshold`` vectors (counted with a bounded
   probe, cached briefly) is ranked exactly: walking HNSW for a selective filter visits more candidates than the
   scope holds, so exact is faster there and has recall 1. A larger scope walks HNSW with pgvector's iterative scan.
@@ -17,11 +17,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from django.apps import AppConfig
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.models.signals import post_migrate
 
 from apps.core.embeddings import EmbeddingProvider
 
@@ -105,6 +108,25 @@ def create_hnsw_index(table: str, index_name: str, dimension: int, using: str = 
             # Partial: rows of another dimension (during a provider change) must not be cast.
             f"WHERE vector_dims(embedding) = {dimension}"
         )
+
+
+def create_index_after_migrate(app: AppConfig, create_index: Callable[..., None]) -> None:
+    """After every ``manage.py migrate`` of ``app``: ``create_index(dimension, using=...)`` for the configured
+    embedding provider's dimension (a new provider's too, on the next migrate). DDL runs there, under the migrating
+    role, never on the request path."""
+
+    def after_migrate(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
+        from apps.core.embeddings import get_provider
+
+        try:
+            dimension = get_provider().dimension
+        except ImproperlyConfigured as exc:  # the schema migrates all the same; the service will not start like this
+            logger.warning("no HNSW index for %s: the embedding provider is misconfigured (%s)", app.label, exc)
+            return
+        create_index(dimension, using=using)
+
+    # weak=False: nothing else holds the closure.
+    post_migrate.connect(after_migrate, sender=app, weak=False, dispatch_uid=f"{app.label}.create_vector_index")
 
 
 def forget_checked() -> None:

@@ -1,25 +1,4 @@
-import logging
-
 from django.apps import AppConfig
-from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS
-from django.db.models.signals import post_migrate
-
-logger = logging.getLogger(__name__)
-
-
-def create_vector_index(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwargs) -> None:
-    """After every ``manage.py migrate``: the HNSW index of the configured embedding provider's dimension (a new
-    provider's too, on the next migrate). DDL runs here, under the migrating role, never on the request path."""
-    from apps.core.embeddings import get_provider
-    from apps.memories import vector_index
-
-    try:
-        dimension = get_provider().dimension
-    except ImproperlyConfigured as exc:  # the schema migrates all the same; the service will not start like this
-        logger.warning("no HNSW index for memories: the embedding provider is misconfigured (%s)", exc)
-        return
-    vector_index.create_index(dimension, using=using)
 
 
 class MemoriesConfig(AppConfig):
@@ -27,7 +6,10 @@ class MemoriesConfig(AppConfig):
     label = "memories"
 
     def ready(self) -> None:
-        post_migrate.connect(create_vector_index, sender=self, dispatch_uid="memories.create_vector_index")
+        from apps.core import vectors
+        from apps.memories import vector_index
+
+        vectors.create_index_after_migrate(self, vector_index.create_index)
 
         from apps.core import crypto
 

@@ -25,7 +25,6 @@ from apps.core import errors
 Scalar = str | int | float | bool | None
 
 _RANGE_SQL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
-_OPERATORS = {"in", *_RANGE_SQL}
 _ALIASES = {"$eq": "eq", "$in": "in", "$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte", "eq": "eq"}
 
 # Caps on one filter (the caller's or a policy's), so that no request can make the filter the work: each condition

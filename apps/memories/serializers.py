@@ -1,4 +1,5 @@
-"""Request validation and response shapes of the memory endpoints (snake_case, as the interface says)."""
+"""Request validation of the memory endpoints (snake_case, as the interface says): bodies (unknown fields are
+rejected, D1) and addresses. Response shapes: apps.memories.responses."""
 
 from __future__ import annotations
 
@@ -276,64 +277,3 @@ def plainly_valid_search(data: Any) -> dict | None:
     if type(data.get("limit", 0)) is not int:  # "5" is a string: body types are strict
         return None
     return data
-
-
-# --- Response shapes (documentation; selectors build the dicts) -------------------------------------------------
-
-
-class MemoryWriteResponse(serializers.Serializer):
-    id = serializers.UUIDField()
-    namespace = serializers.ListField(child=serializers.CharField())
-    key = serializers.CharField()
-    attributes = serializers.DictField(allow_null=True)
-    created_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField(allow_null=True)
-
-
-class MemoryResponse(MemoryWriteResponse):
-    value = serializers.DictField()
-
-
-class MemorySearchItem(serializers.Serializer):
-    id = serializers.UUIDField()
-    namespace = serializers.ListField(child=serializers.CharField())
-    key = serializers.CharField()
-    value = serializers.DictField(allow_null=True, help_text="null only with value_error")
-    value_error = serializers.ChoiceField(
-        choices=["undecryptable"],
-        required=False,
-        help_text="Present only when value is null because the stored value does not decrypt with the service's "
-        "keys (a key missing from MEMORY_ENCRYPTION_KEYS, or a damaged row). The other items are served.",
-    )
-    attributes = serializers.DictField(allow_null=True)
-    score = serializers.FloatField(allow_null=True, help_text="Cosine similarity in [0, 1]; null in attribute mode")
-    created_at = serializers.DateTimeField()
-
-
-class MemorySearchResponse(serializers.Serializer):
-    items = MemorySearchItem(many=True)
-
-
-class NamespacesResponse(serializers.Serializer):
-    namespaces = serializers.ListField(child=serializers.ListField(child=serializers.CharField()))
-
-
-class MemoryEventItem(serializers.Serializer):
-    id = serializers.UUIDField()
-    namespace = serializers.ListField(child=serializers.CharField())
-    key = serializers.CharField()
-    kind = serializers.ChoiceField(choices=["add", "update", "delete", "expired"])
-    occurred_at = serializers.DateTimeField()
-    value = serializers.DictField(allow_null=True, help_text="null for delete and expired events, or with value_error")
-    value_error = serializers.ChoiceField(
-        choices=["undecryptable"],
-        required=False,
-        help_text="Present only when value is null because the stored value does not decrypt with the service's "
-        "keys (a key missing from MEMORY_ENCRYPTION_KEYS, or a damaged row). The other items are served.",
-    )
-    attributes = serializers.DictField(allow_null=True)
-
-
-class MemoryEventsResponse(serializers.Serializer):
-    events = MemoryEventItem(many=True)
-    after_cursor = serializers.CharField(help_text="Never null: pass it back to continue, even after an empty page")

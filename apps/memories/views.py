@@ -11,8 +11,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core import errors, pagination
-from apps.core.serializers import cursor_parameter, error_responses
-from apps.memories import config, selectors, semantic, serializers, services
+from apps.core.requests import validated
+from apps.core.serializers import cursor_parameter, error_responses, limit_parameter
+from apps.memories import config, responses, selectors, semantic, serializers, services
 from apps.memories.models import EventKind
 
 # Query schemas as strict as the validation behind them (serializers.MemoryAddressSerializer, _segments): the fuzzer
@@ -30,12 +31,6 @@ _KEY_PARAM = OpenApiParameter(
 )
 
 
-def _validated(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
 def _address(request: Request) -> tuple[list[str], str]:
     ns, key = request.query_params.getlist("ns"), request.query_params.get("key")
     if serializers.plainly_valid_address(ns, key):
@@ -43,7 +38,7 @@ def _address(request: Request) -> tuple[list[str], str]:
     data: dict = {"ns": ns}
     if key is not None:
         data["key"] = key
-    address = _validated(serializers.MemoryAddressSerializer, data)
+    address = validated(serializers.MemoryAddressSerializer, data)
     return address["ns"], address["key"]
 
 
@@ -56,10 +51,10 @@ class MemoriesView(APIView):
         "field (up to 256 fields, 256 KiB of text in all) is embedded, a field longer than the model's input window "
         "as overlapping chunks covering all of it.",
         request=serializers.MemoryWriteSerializer,
-        responses={200: serializers.MemoryWriteResponse, **error_responses(400, 401, 403, 413)},
+        responses={200: responses.MemoryWriteResponse, **error_responses(400, 401, 403, 413)},
     )
     def put(self, request: Request) -> Response:
-        data = _validated(serializers.MemoryWriteSerializer, request.data)
+        data = validated(serializers.MemoryWriteSerializer, request.data)
         result = services.put_memory(
             request.user,
             namespace=data["namespace"],
@@ -74,7 +69,7 @@ class MemoriesView(APIView):
         tags=["memories"],
         summary="Read one memory",
         parameters=[_NS_PARAM, _KEY_PARAM],
-        responses={200: serializers.MemoryResponse, **error_responses(400, 401, 403, 404, 500)},
+        responses={200: responses.MemoryResponse, **error_responses(400, 401, 403, 404, 500)},
     )
     def get(self, request: Request) -> Response:
         namespace, key = _address(request)
@@ -102,12 +97,12 @@ class MemorySearchView(APIView):
         "scores by its best index field, or best chunk of a long field, and appears once). The "
         "filter policy narrows `namespace_prefix` and adds its attribute filter.",
         request=serializers.MemorySearchSerializer,
-        responses={200: serializers.MemorySearchResponse, **error_responses(400, 401, 503)},
+        responses={200: responses.MemorySearchResponse, **error_responses(400, 401, 503)},
     )
     def post(self, request: Request) -> Response:
         data = serializers.plainly_valid_search(request.data)
         if data is None:
-            data = _validated(serializers.MemorySearchSerializer, request.data)
+            data = validated(serializers.MemorySearchSerializer, request.data)
         limit = pagination.parse_limit(data.get("limit"), "memory_search")
         offset = pagination.parse_offset(data.get("offset"))
         if "query" in data:
@@ -172,7 +167,7 @@ class NamespacesView(APIView):
             OpenApiParameter("suffix", _SEGMENTS, description="One per segment, in order"),
             OpenApiParameter("max_depth", {"type": "integer", "minimum": 1}, description=">= 1"),
         ],
-        responses={200: serializers.NamespacesResponse, **error_responses(400, 401)},
+        responses={200: responses.NamespacesResponse, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         namespaces = selectors.list_namespaces(
@@ -228,9 +223,9 @@ class MemoryEventsView(APIView):
             OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
             OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
             cursor_parameter("after_cursor"),
-            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": 200}, description="1..200, default 50"),
+            limit_parameter("memory_events"),
         ],
-        responses={200: serializers.MemoryEventsResponse, **error_responses(400, 401)},
+        responses={200: responses.MemoryEventsResponse, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         query = selectors.EventQuery(

@@ -1,15 +1,19 @@
-"""Request validation and response shapes of memberships and ownership transfers (camelCase)."""
+"""Request validation of memberships and ownership transfers (camelCase): bodies (unknown fields are rejected, D1)
+and query parameters. Response shapes: apps.sharing.responses."""
 
 from __future__ import annotations
 
-from rest_framework import serializers
-
 from apps.core import errors
-from apps.core.serializers import StrictCharField, StrictChoiceField, StrictSerializer, StrictUUIDField
+from apps.core.serializers import (
+    MAX_USER_ID_CHARS,
+    StrictCharField,
+    StrictChoiceField,
+    StrictSerializer,
+    StrictUUIDField,
+)
 from apps.sharing.access import AccessLevel
 
 LEVELS = [level.value for level in AccessLevel]
-MAX_USER_ID_CHARS = 256
 TRANSFER_ROLES = ("recipient", "sender", "all")
 
 
@@ -44,31 +48,3 @@ def transfer_role(raw: str | None) -> str:
     if raw not in TRANSFER_ROLES:
         raise errors.validation_error({"role": "must be one of recipient, sender, all"})
     return raw
-
-
-# --- Response shapes (documentation) ----------------------------------------------------------------------------
-
-
-class MembershipResponse(serializers.Serializer):
-    conversationId = serializers.UUIDField()
-    userId = serializers.CharField()
-    accessLevel = StrictChoiceField(choices=LEVELS)
-    createdAt = serializers.DateTimeField()
-
-
-class MembershipPage(serializers.Serializer):
-    data = MembershipResponse(many=True)
-    afterCursor = serializers.CharField(allow_null=True)
-
-
-class TransferResponse(serializers.Serializer):
-    id = serializers.UUIDField()
-    conversationId = serializers.UUIDField()
-    fromUserId = serializers.CharField()
-    toUserId = serializers.CharField()
-    createdAt = serializers.DateTimeField()
-
-
-class TransferPage(serializers.Serializer):
-    data = TransferResponse(many=True)
-    afterCursor = serializers.CharField(allow_null=True)

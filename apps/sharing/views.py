@@ -10,39 +10,23 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.core import audit, errors, pagination
-from apps.core.openapi import EnvelopeAutoSchema
-from apps.core.serializers import (
-    NO_NUL_PATTERN,
-    cursor_parameter,
-    error_responses,
-    limit_parameter,
-    path_text,
-    path_uuid,
-)
-from apps.sharing import selectors, serializers, services
+from apps.core import audit
+from apps.core.openapi import page_of
+from apps.core.permissions import IsAuditor, RoleChecked
+from apps.core.requests import page_params, path_text, path_uuid, validated
+from apps.core.serializers import USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
+from apps.sharing import responses, selectors, serializers, services
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
-USER_ID = OpenApiParameter(
-    "userId",
-    {"type": "string", "minLength": 1, "maxLength": serializers.MAX_USER_ID_CHARS, "pattern": NO_NUL_PATTERN},
-    OpenApiParameter.PATH,
-)
+USER_ID = OpenApiParameter("userId", {**USER_ID_SCHEMA, "minLength": 1}, OpenApiParameter.PATH)
 TRANSFER_ID = OpenApiParameter("transferId", OpenApiTypes.UUID, OpenApiParameter.PATH)
 AFTER_CURSOR = cursor_parameter()
-
-
-def _validated(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 class MembershipViewSet(viewsets.ViewSet):
     """/v1/conversations/{conversationId}/memberships[/{userId}]. Memberships belong to the fork tree: the same
     members answer for every conversation of it."""
 
-    schema = EnvelopeAutoSchema()
     lookup_field = "userId"
     lookup_value_regex = r"[^/]+"
 
@@ -51,17 +35,12 @@ class MembershipViewSet(viewsets.ViewSet):
         summary="List the conversation's members",
         description="Reader or above. Oldest first.",
         parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("conversation_memberships")],
-        responses={200: serializers.MembershipPage, **error_responses(400, 401, 403, 404)},
+        responses={200: page_of(responses.MembershipResponse), **error_responses(400, 401, 403, 404)},
     )
     def list(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        params = request.query_params
-        limit = pagination.parse_limit(params.get("limit"), "conversation_memberships")
-        return Response(
-            selectors.list_memberships(
-                request.user, conversation_id, cursor=params.get("afterCursor") or None, limit=limit
-            )
-        )
+        cursor, limit = page_params(request, "conversation_memberships")
+        return Response(selectors.list_memberships(request.user, conversation_id, cursor=cursor, limit=limit))
 
     @extend_schema(
         tags=["memberships"],
@@ -70,11 +49,11 @@ class MembershipViewSet(viewsets.ViewSet):
         "(else 403). A user who is already a member is 409.",
         parameters=[CONVERSATION_ID],
         request=serializers.MembershipCreateSerializer,
-        responses={201: serializers.MembershipResponse, **error_responses(400, 401, 403, 404, 409)},
+        responses={201: responses.MembershipResponse, **error_responses(400, 401, 403, 404, 409)},
     )
     def create(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        data = _validated(serializers.MembershipCreateSerializer, request.data)
+        data = validated(serializers.MembershipCreateSerializer, request.data)
         body = services.add_membership(
             request.user, conversation_id, user_id=data["userId"], access_level=data["accessLevel"]
         )
@@ -88,12 +67,12 @@ class MembershipViewSet(viewsets.ViewSet):
         "transfer they started.",
         parameters=[CONVERSATION_ID, USER_ID],
         request=serializers.MembershipUpdateSerializer,
-        responses={200: serializers.MembershipResponse, **error_responses(400, 401, 403, 404)},
+        responses={200: responses.MembershipResponse, **error_responses(400, 401, 403, 404)},
     )
     def partial_update(self, request: Request, conversationId: str, userId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
         user_id = path_text(userId, "userId")
-        data = _validated(serializers.MembershipUpdateSerializer, request.data)
+        data = validated(serializers.MembershipUpdateSerializer, request.data)
         return Response(
             services.update_membership(request.user, conversation_id, user_id=user_id, access_level=data["accessLevel"])
         )
@@ -114,35 +93,31 @@ class MembershipViewSet(viewsets.ViewSet):
         return Response(status=204)
 
 
-class AdminMembershipViewSet(viewsets.ViewSet):
-    schema = EnvelopeAutoSchema()
+class AdminMembershipViewSet(RoleChecked, viewsets.ViewSet):
+    permission_classes = [IsAuditor]
+
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's members",
         description="Auditor or admin role; audit-logged. For a deleted conversation: the members its fork tree had "
         "when it was deleted (kept for this view only; they grant no access and users see none of them).",
         parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_memberships")],
-        responses={200: serializers.MembershipPage, **error_responses(400, 401, 403, 404)},
+        responses={200: page_of(responses.MembershipResponse), **error_responses(400, 401, 403, 404)},
     )
     def list(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        params = request.query_params
-        limit = pagination.parse_limit(params.get("limit"), "admin_conversation_memberships")
-        if not request.user.is_auditor:
-            raise errors.forbidden("Requires the auditor or admin role.")
+        cursor, limit = page_params(request, "admin_conversation_memberships")
+        self.authorize(request)
         audit.record(
             request.user,
             "admin.conversations.memberships",
             target_id=str(conversation_id),
-            params={"limit": limit, "afterCursor": bool(params.get("afterCursor"))},
+            params={"limit": limit, "afterCursor": bool(cursor)},
         )
-        return Response(
-            selectors.admin_list_memberships(conversation_id, cursor=params.get("afterCursor") or None, limit=limit)
-        )
+        return Response(selectors.admin_list_memberships(conversation_id, cursor=cursor, limit=limit))
 
 
 class OwnershipTransferViewSet(viewsets.ViewSet):
-    schema = EnvelopeAutoSchema()
     lookup_field = "transferId"
     lookup_value_regex = r"[^/]+"
 
@@ -155,15 +130,12 @@ class OwnershipTransferViewSet(viewsets.ViewSet):
             AFTER_CURSOR,
             limit_parameter("ownership_transfers"),
         ],
-        responses={200: serializers.TransferPage, **error_responses(400, 401)},
+        responses={200: page_of(responses.TransferResponse), **error_responses(400, 401)},
     )
     def list(self, request: Request) -> Response:
-        params = request.query_params
-        role = serializers.transfer_role(params.get("role"))
-        limit = pagination.parse_limit(params.get("limit"), "ownership_transfers")
-        return Response(
-            selectors.list_transfers(request.user, role=role, cursor=params.get("afterCursor") or None, limit=limit)
-        )
+        role = serializers.transfer_role(request.query_params.get("role"))
+        cursor, limit = page_params(request, "ownership_transfers")
+        return Response(selectors.list_transfers(request.user, role=role, cursor=cursor, limit=limit))
 
     @extend_schema(
         tags=["ownership-transfers"],
@@ -173,10 +145,10 @@ class OwnershipTransferViewSet(viewsets.ViewSet):
         "The transfer lives only while its sender holds owner level: removing the sender (or their leaving) or "
         "lowering them below owner deletes it.",
         request=serializers.TransferCreateSerializer,
-        responses={201: serializers.TransferResponse, **error_responses(400, 401, 403, 404, 409)},
+        responses={201: responses.TransferResponse, **error_responses(400, 401, 403, 404, 409)},
     )
     def create(self, request: Request) -> Response:
-        data = _validated(serializers.TransferCreateSerializer, request.data)
+        data = validated(serializers.TransferCreateSerializer, request.data)
         body = services.create_transfer(
             request.user, conversation_id=data["conversationId"], new_owner_user_id=data["newOwnerUserId"]
         )
@@ -187,7 +159,7 @@ class OwnershipTransferViewSet(viewsets.ViewSet):
         summary="Get a pending transfer",
         description="Only its sender or recipient see it (404 for anyone else).",
         parameters=[TRANSFER_ID],
-        responses={200: serializers.TransferResponse, **error_responses(400, 401, 404)},
+        responses={200: responses.TransferResponse, **error_responses(400, 401, 404)},
     )
     def retrieve(self, request: Request, transferId: str) -> Response:
         return Response(selectors.get_transfer(request.user, path_uuid(transferId, "transferId")))

@@ -196,3 +196,11 @@ def test_limit_bounds_follow_the_interface_table():
             pagination.parse_limit(bad, "conversations")
     with pytest.raises(errors.ApiError):
         pagination.parse_limit(101, "memory_search")
+
+
+def test_a_body_limit_is_a_json_integer():
+    """A query's limit is text; a JSON body's is not: "5" there is a 400, from the same check (body_limit_field)."""
+    assert pagination.parse_limit(5, "conversation_search", body=True) == 5
+    with pytest.raises(errors.ApiError) as raised:
+        pagination.parse_limit("5", "conversation_search", body=True)
+    assert raised.value.details == {"fields": {"limit": "must be an integer between 1 and 200"}}

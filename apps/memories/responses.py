@@ -1,0 +1,63 @@
+"""Response shapes of the memory endpoints (snake_case, as the interface says), for the OpenAPI schema only:
+selectors build the dicts."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+
+def _value_error() -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        choices=["undecryptable"],
+        required=False,
+        help_text="Present only when value is null because the stored value does not decrypt with the service's "
+        "keys (a key missing from MEMORY_ENCRYPTION_KEYS, or a damaged row). The other items are served.",
+    )
+
+
+class MemoryWriteResponse(serializers.Serializer):
+    id = serializers.UUIDField()
+    namespace = serializers.ListField(child=serializers.CharField())
+    key = serializers.CharField()
+    attributes = serializers.DictField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class MemoryResponse(MemoryWriteResponse):
+    value = serializers.DictField()
+
+
+class MemorySearchItem(serializers.Serializer):
+    id = serializers.UUIDField()
+    namespace = serializers.ListField(child=serializers.CharField())
+    key = serializers.CharField()
+    value = serializers.DictField(allow_null=True, help_text="null only with value_error")
+    value_error = _value_error()
+    attributes = serializers.DictField(allow_null=True)
+    score = serializers.FloatField(allow_null=True, help_text="Cosine similarity in [0, 1]; null in attribute mode")
+    created_at = serializers.DateTimeField()
+
+
+class MemorySearchResponse(serializers.Serializer):
+    items = MemorySearchItem(many=True)
+
+
+class NamespacesResponse(serializers.Serializer):
+    namespaces = serializers.ListField(child=serializers.ListField(child=serializers.CharField()))
+
+
+class MemoryEventItem(serializers.Serializer):
+    id = serializers.UUIDField()
+    namespace = serializers.ListField(child=serializers.CharField())
+    key = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["add", "update", "delete", "expired"])
+    occurred_at = serializers.DateTimeField()
+    value = serializers.DictField(allow_null=True, help_text="null for delete and expired events, or with value_error")
+    value_error = _value_error()
+    attributes = serializers.DictField(allow_null=True)
+
+
+class MemoryEventsResponse(serializers.Serializer):
+    events = MemoryEventItem(many=True)
+    after_cursor = serializers.CharField(help_text="Never null: pass it back to continue, even after an empty page")
