@@ -6,12 +6,15 @@ onnxruntime and numpy; not Django nor the service's other dependencies (``apps.c
 them). The model directory is an argument: a sentence-transformers directory of all-MiniLM-L6-v2 (or a copy with
 fp16 weights: ``--upcast`` converts them to fp32 first, into a temporary copy).
 
-1. check: the same texts through ``EMBEDDING_DEVICE`` (fp32, then fp16) and through torch on the CPU (fp32):
-   cosine per text, min and mean;
+1. check: the pieces of the same documents through ``EMBEDDING_DEVICE``'s document path (fp32, then fp16), and
+   through torch's on the CPU, against sentence-transformers' own ``encode`` on the CPU (fp32): cosine per
+   piece, min and mean;
 2. documents/s through ``LocalEmbeddingProvider`` as the worker's indexers use it (``provider.embed_chunked``:
    every document chunked into 128-token windows and tokenized once, every piece embedded), for each precision
-   and ``--batches`` (the provider's batch size, ``EMBEDDING_BATCH_SIZE``), after a warm-up pass; then the same
-   path with the forward pass replaced by a stub returning zeros ("forward stubbed"): what the CPU side alone
+   and ``--batches`` (the provider's batch size, ``EMBEDDING_BATCH_SIZE``), after a warm-up pass (on a GPU over
+   all the documents: the first pass of each batch shape loads and picks its kernels, which a worker pays once;
+   a first pass measured 3.8 s for 20,000 documents in fp16 on an H200, 1.3 s warm); then the same path with the
+   forward pass replaced by a stub returning zeros ("forward stubbed"): what the CPU side alone
    (tokenizing, padding, copies, gathering the vectors) allows, and the seconds ``Chunker.split`` alone takes;
 3. the CPU on one thread, the same path, torch and (where the ``onnx`` package is installed, for the export)
    onnxruntime;
@@ -297,7 +300,7 @@ def main(argv: list[str]) -> int:
             provider = LocalEmbeddingProvider(backend="torch" if args.null_model else "onnx", device=args.device, precision=precision, batch_size=batch, model_dir=model_dir, onnx_dir=work)
             encoder = load(provider.documents)
             with stubbed_forward(encoder) if stubbed else contextlib.nullcontext():
-                run = documents_per_second(provider, documents, warm_up=batch)
+                run = documents_per_second(provider, documents, warm_up=len(documents) if gpu else batch)
             device = f"{args.device}, forward stubbed" if stubbed else args.device
             results["throughput"].append({"device": device, "backend": encoder.backend, "precision": precision, "batch": batch, **run})
             print(f"  {device} {precision} batch {batch}: {run['docs_per_s']:,.0f} docs/s", file=sys.stderr, flush=True)

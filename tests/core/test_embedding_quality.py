@@ -242,3 +242,29 @@ def test_torch_document_path_matches_sentence_transformers(sentences: list[str])
     ours = encoder.encode_tokens(encoder.chunker.tokenize(texts), 32)
     cosines = (ours * torch_reference(texts)).sum(axis=1)
     assert cosines.min() >= 0.99999
+
+
+def test_torch_keeps_its_thread_count_on_the_encode_thread() -> None:
+    """EMBEDDING_THREADS holds where torch runs, the encode thread, also after another runtime ran parallel work on
+    that thread first (its OpenMP thread count then stayed at every core: a one-thread bench row used them all)."""
+    import torch
+
+    everywhere = local.LocalEmbeddingProvider(backend="torch", batch_size=8)
+    everywhere.embed_chunked(["a first runtime runs parallel work on the encode thread"])
+    original = torch.get_num_threads()
+    one = local.LocalEmbeddingProvider(backend="torch", threads=1, batch_size=8)
+    encoder = local.load(one.documents)
+    seen: list[int] = []
+
+    def forward(ids: Any, mask: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return minilm.TorchEncoder.forward(encoder, ids, mask)
+
+    encoder.forward = forward  # type: ignore[method-assign]
+    try:
+        one.embed_chunked(["one thread"])
+    finally:
+        del encoder.forward
+        torch.set_num_threads(original)  # for the tests after this one, on both threads
+        local._encode_thread().submit(torch.set_num_threads, original).result()
+    assert seen == [1]

@@ -487,6 +487,7 @@ class TorchEncoder(Encoder):
         if threads:
             # Process-wide: leaves cores for the web workers and the database on small machines.
             torch.set_num_threads(threads)
+        self.threads = threads
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(str(files.path), device=device, local_files_only=True)
@@ -511,6 +512,10 @@ class TorchEncoder(Encoder):
             return out
         order = tokens.longest_first()
         gpu = self.device != "cpu"
+        if not gpu and self.threads and torch.get_num_threads() != self.threads:
+            # OpenMP keeps a thread count per thread: one that already ran parallel work (another runtime, a copy
+            # into pinned memory) keeps its own until told again.
+            torch.set_num_threads(self.threads)
         passes = []
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
