@@ -6,23 +6,31 @@ onnxruntime and numpy; not Django nor the service's other dependencies (``apps.c
 them). The model directory is an argument: a sentence-transformers directory of all-MiniLM-L6-v2 (or a copy with
 fp16 weights: ``--upcast`` converts them to fp32 first, into a temporary copy).
 
-1. check: the same texts through ``EMBEDDING_DEVICE`` (fp32, then fp16) and through torch on the CPU (fp32):
-   cosine per text, min and mean;
-2. documents/s through ``LocalEmbeddingProvider`` as the worker's indexers use it: every document chunked
-   (``provider.chunk``, 128-token windows), every piece embedded (``provider.embed_documents``), for each
-   precision and ``--batches`` (the provider's batch size, ``EMBEDDING_BATCH_SIZE``), after a warm-up pass;
+1. check: the pieces of the same documents through ``EMBEDDING_DEVICE``'s document path (fp32, then fp16), and
+   through torch's on the CPU, against sentence-transformers' own ``encode`` on the CPU (fp32): cosine per
+   piece, min and mean;
+2. documents/s through ``LocalEmbeddingProvider`` as the worker's indexers use it (``provider.embed_chunked``:
+   every document chunked into 128-token windows and tokenized once, every piece embedded), for each precision
+   and ``--batches`` (the provider's batch size, ``EMBEDDING_BATCH_SIZE``), after a warm-up pass (on a GPU over
+   all the documents: the first pass of each batch shape loads and picks its kernels, which a worker pays once;
+   a first pass measured 3.8 s for 20,000 documents in fp16 on an H200, 1.3 s warm); then the same path with the
+   forward pass replaced by a stub returning zeros ("forward stubbed"): what the CPU side alone
+   (tokenizing, padding, copies, gathering the vectors) allows, and the seconds ``Chunker.split`` alone takes;
 3. the CPU on one thread, the same path, torch and (where the ``onnx`` package is installed, for the export)
    onnxruntime;
 4. ``--profile``: each CPU backend in a fresh process on one thread: import and load seconds, query p50,
    PSS after load and after embedding documents (Linux).
 
 Prints a table; writes JSON to ``--json`` or ``$OUT/embeddings_gpu.json``. Well under 4 minutes on an H200 with the
-defaults. Here (no GPU): ``python bench/embeddings_gpu.py --device cpu --docs 64 --batches 16``.
+defaults. Here (no GPU): ``python bench/embeddings_gpu.py --device cpu --docs 64 --batches 16``; the CPU side of the
+GPU path alone, on any machine: ``--null-model --device cpu --docs 5000 --batches 512`` (torch's document path with
+the forward pass stubbed; only those rows).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -33,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,19 +131,52 @@ def cosines(a: Any, b: Any) -> dict[str, float]:
 
 
 def documents_per_second(provider: Any, documents: list[str], warm_up: int) -> dict[str, Any]:
-    """The worker's path: chunk every document, embed every piece; wall time of both, after a warm-up pass."""
-    provider.embed_documents([p for d in documents[:warm_up] for p in provider.chunk(d)])
+    """The worker's path (``embed_chunked``: chunk every document, embed every piece), after a warm-up pass: wall
+    time, and the CPU seconds of the whole process (every thread) in it."""
+    provider.embed_chunked(documents[:warm_up])
+    cpu = time.process_time()
     started = time.perf_counter()
-    pieces = [piece for document in documents for piece in provider.chunk(document)]
-    chunked = time.perf_counter()
-    vectors = provider.embed_documents(pieces)
+    vectors = provider.embed_chunked(documents)
     seconds = time.perf_counter() - started
-    assert len(vectors) == len(pieces)
+    cpu = time.process_time() - cpu
+    pieces = sum(map(len, vectors))
     return {
-        "docs": len(documents), "pieces": len(pieces), "seconds": round(seconds, 3),
-        "chunk_seconds": round(chunked - started, 3),
-        "docs_per_s": round(len(documents) / seconds, 1), "pieces_per_s": round(len(pieces) / seconds, 1),
+        "docs": len(documents), "pieces": pieces, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
+        "docs_per_s": round(len(documents) / seconds, 1), "pieces_per_s": round(pieces / seconds, 1),
     }  # fmt: skip
+
+
+@contextlib.contextmanager
+def stubbed_forward(encoder: Any) -> Iterator[None]:
+    """``encoder``'s forward pass replaced by zeros of the right shape, on the right device; everything around it
+    (tokenizing, padding, copies to and from the device) runs as usual."""
+    import numpy as np
+
+    if encoder.backend == "torch":
+        import torch
+
+        def forward(ids: Any, mask: Any) -> Any:
+            dtype = torch.float16 if encoder.precision == "fp16" else torch.float32
+            return torch.zeros((ids.shape[0], 384), dtype=dtype, device=ids.device)
+
+        encoder.forward = forward
+        name = "forward"
+    else:
+        encoder.run = lambda ids, mask: np.zeros((ids.shape[0], 384), dtype=np.float32)
+        name = "run"
+    try:
+        yield
+    finally:
+        delattr(encoder, name)  # the class's own method again
+
+
+def split_seconds(chunker: Any, documents: list[str]) -> dict[str, Any]:
+    """``Chunker.split`` alone: chunking and tokenizing every document (the tokenizers library's threads)."""
+    cpu = time.process_time()
+    started = time.perf_counter()
+    chunks = chunker.split(documents)
+    return {"docs": len(documents), "pieces": len(chunks.pieces), "seconds": round(time.perf_counter() - started, 3),
+            "cpu_seconds": round(time.process_time() - cpu, 3)}  # fmt: skip
 
 
 def profile_child(backend: str, model_dir: Path, onnx_dir: Path, documents: int) -> None:
@@ -164,8 +206,7 @@ def profile_child(backend: str, model_dir: Path, onnx_dir: Path, documents: int)
         t = time.perf_counter()
         provider.embed_query(query)
         latencies.append(time.perf_counter() - t)
-    texts = corpus(documents, seed=11)
-    provider.embed_documents([p for d in texts for p in provider.chunk(d)])
+    provider.embed_chunked(corpus(documents, seed=11))
     print(json.dumps({
         "backend": backend, "import_s": round(imported - started, 2), "load_s": round(loaded - imported, 2),
         "query_p50_ms": round(statistics.median(latencies) * 1000, 2),
@@ -193,7 +234,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--docs", type=int, default=20000, help="documents per throughput run (default 20000)")
     parser.add_argument("--batches", default="128,256,512", help="provider batch sizes (default 128,256,512)")
     parser.add_argument("--precisions", default="fp32,fp16", help="on the GPU (default fp32,fp16; the CPU runs fp32)")
-    parser.add_argument("--check-texts", type=int, default=2000, help="texts compared GPU vs CPU (default 2000)")
+    parser.add_argument("--check-texts", type=int, default=1000, help="documents whose pieces are compared GPU vs CPU (default 1000)")
+    parser.add_argument("--null-model", action="store_true", help="only the document path with the forward pass stubbed (torch): the CPU side alone")
     parser.add_argument("--cpu-docs", type=int, default=300, help="documents for the one-thread CPU rate (default 300)")
     parser.add_argument("--profile", action="store_true", help="also each CPU backend in a fresh process (import, load, query p50, PSS)")
     parser.add_argument("--profile-docs", type=int, default=2000, help="documents embedded before the second PSS reading (default 2000)")
@@ -235,32 +277,44 @@ def main(argv: list[str]) -> int:
         precisions = [p for p in args.precisions.split(",") if gpu or p == "fp32"]
         batches = [int(b) for b in args.batches.split(",")]
 
-        # 1. The device's vectors against torch's on the CPU (fp32, all cores).
-        check_texts = [p for d in corpus(args.check_texts, seed=5) for p in minilm.Chunker(minilm.ModelFiles(model_dir)).chunk(d)][: args.check_texts]
-        reference = minilm.TorchEncoder(minilm.ModelFiles(model_dir), device="cpu").encode(check_texts, 64)
-        results["check"] = {"texts": len(check_texts)}
-        for precision in precisions:
-            provider = LocalEmbeddingProvider(backend="onnx", device=args.device, precision=precision, batch_size=256, model_dir=model_dir, onnx_dir=work)
-            results["check"]["backend_" + precision] = provider.check_device("documents")
-            results["check"][f"{args.device}_{precision}_vs_cpu_fp32"] = cosines(provider.embed_documents(check_texts), reference)
+        # 1. The device's vectors, through the document path, against sentence-transformers' own encode on the CPU
+        # (fp32, all cores): the model as published. Also torch's document path on the CPU (the runtime's code).
+        if not args.null_model:
+            check_documents = corpus(args.check_texts, seed=5)
+            pieces = minilm.Chunker(minilm.ModelFiles(model_dir)).split(check_documents, tokens=False).pieces
+            cpu_torch = minilm.TorchEncoder(minilm.ModelFiles(model_dir), device="cpu")
+            reference = cpu_torch.model.encode(pieces, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+            results["check"] = {"texts": len(pieces), "cpu_torch_fp32": cosines(cpu_torch.encode_tokens(cpu_torch.chunker.split(check_documents).tokens, 64), reference)}
+            del cpu_torch
+            for precision in precisions:
+                provider = LocalEmbeddingProvider(backend="onnx", device=args.device, precision=precision, batch_size=256, model_dir=model_dir, onnx_dir=work)
+                results["check"]["backend_" + precision] = provider.check_device("documents")
+                vectors = [vector for of_document in provider.embed_chunked(check_documents) for vector in of_document]
+                results["check"][f"{args.device}_{precision}"] = cosines(vectors, reference)
 
-        # 2. Documents/s through the provider's document path.
+        # 2. Documents/s through the provider's document path; then with the forward pass stubbed (the largest batch).
         documents = corpus(args.docs, seed=1)
         results["throughput"] = []
-        for precision in precisions:
-            for batch in batches:
-                provider = LocalEmbeddingProvider(backend="onnx", device=args.device, precision=precision, batch_size=batch, model_dir=model_dir, onnx_dir=work)
-                run = documents_per_second(provider, documents, warm_up=batch)
-                results["throughput"].append({"device": args.device, "backend": load(provider.documents).backend, "precision": precision, "batch": batch, **run})
-                print(f"  {args.device} {precision} batch {batch}: {run['docs_per_s']:,.0f} docs/s", file=sys.stderr, flush=True)
+        rows = [] if args.null_model else [(p, b, False) for p in precisions for b in batches]
+        for precision, batch, stubbed in rows + [(p, max(batches), True) for p in precisions[:1 if gpu else None]]:
+            provider = LocalEmbeddingProvider(backend="torch" if args.null_model else "onnx", device=args.device, precision=precision, batch_size=batch, model_dir=model_dir, onnx_dir=work)
+            encoder = load(provider.documents)
+            with stubbed_forward(encoder) if stubbed else contextlib.nullcontext():
+                run = documents_per_second(provider, documents, warm_up=len(documents) if gpu else batch)
+            device = f"{args.device}, forward stubbed" if stubbed else args.device
+            results["throughput"].append({"device": device, "backend": encoder.backend, "precision": precision, "batch": batch, **run})
+            print(f"  {device} {precision} batch {batch}: {run['docs_per_s']:,.0f} docs/s", file=sys.stderr, flush=True)
+        results["split"] = split_seconds(encoder.chunker, documents)
 
-        # 3. The CPU on one thread, same path: onnxruntime (needs the export, which needs the onnx package) and torch.
+        # 3. The CPU on one thread (the runtime's; tokenizers has its own), same path: onnxruntime (needs the export,
+        # which needs the onnx package) and torch.
         cpu_documents = documents[: args.cpu_docs]
         results["cpu_one_thread"] = []
-        backends = ["torch"]
+        backends = [] if args.null_model else ["torch"]
         try:
-            onnx_export.ensure_export(work, model_dir, progress=lambda line: print(" ", line, file=sys.stderr, flush=True))
-            backends.insert(0, "onnx")
+            if not args.null_model:
+                onnx_export.ensure_export(work, model_dir, progress=lambda line: print(" ", line, file=sys.stderr, flush=True))
+                backends.insert(0, "onnx")
         except Exception as exc:
             results["notes"].append(f"no onnxruntime CPU rate: the ONNX export failed ({str(exc)[:200]})")
         for backend in backends:
@@ -268,7 +322,7 @@ def main(argv: list[str]) -> int:
             results["cpu_one_thread"].append({"backend": backend, "batch": provider.batch_size, **documents_per_second(provider, cpu_documents, warm_up=8)})
 
         # 4. Each CPU backend in a fresh process.
-        if args.profile:
+        if args.profile and backends:
             results["profile"] = []
             for backend in backends:
                 done = subprocess.run(
@@ -298,19 +352,21 @@ def report(results: dict[str, Any]) -> str:
         f"Machine: {machine['gpu'] or 'no GPU'}, {machine['cpus']} CPUs, python {machine['python']}, "
         + ", ".join(f"{k} {v}" for k, v in machine["versions"].items() if v),
         "",
-        "Check against torch on the CPU (fp32), cosine per text: "
-        + "; ".join(f"{k.replace('_vs_cpu_fp32', '')} min {v['min']:.6f} mean {v['mean']:.7f}"
-                    for k, v in results["check"].items() if isinstance(v, dict))
-        + f" ({results['check']['texts']} texts)",
+        "Check against sentence-transformers' encode on the CPU (fp32), cosine per text: "
+        + "; ".join(f"{k} min {v['min']:.6f} mean {v['mean']:.7f}" for k, v in results["check"].items() if isinstance(v, dict))
+        + f" ({results['check']['texts']} texts)" if "check" in results else "No check (--null-model)",
         "",
-        "| device | backend | precision | batch | docs | pieces | docs/s | pieces/s | seconds (chunking) |",
+        "| device | backend | precision | batch | docs | pieces | docs/s | pieces/s | seconds (CPU seconds) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in results["throughput"] + [{**r, "device": "cpu, 1 thread", "precision": "fp32"} for r in results["cpu_one_thread"]]:
         lines.append(
             f"| {row['device']} | {row['backend']} | {row['precision']} | {row['batch']} | {row['docs']:,} | {row['pieces']:,} | "
-            f"{row['docs_per_s']:,.1f} | {row['pieces_per_s']:,.1f} | {row['seconds']} ({row['chunk_seconds']}) |"
+            f"{row['docs_per_s']:,.1f} | {row['pieces_per_s']:,.1f} | {row['seconds']} ({row['cpu_seconds']}) |"
         )
+    split = results["split"]
+    lines += ["", f"Chunker.split alone (chunking and tokenizing): {split['docs']:,} docs, {split['pieces']:,} pieces in "
+                  f"{split['seconds']} s ({split['cpu_seconds']} CPU seconds)"]  # fmt: skip
     if results.get("profile"):
         lines += ["", "| CPU backend, fresh process, 1 thread | import s | load s | query p50 / p95 ms | PSS MB after load / after documents | torch imported |",
                   "|---|---|---|---|---|---|"]  # fmt: skip

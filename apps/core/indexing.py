@@ -374,17 +374,11 @@ class Indexer(ABC):
 
 def _embed(provider: EmbeddingProvider, works: list[Work]) -> list[tuple[Work, list[Vector]]]:
     """Every text of ``works`` chunked and embedded in one call, handed back per row."""
-    pieces = [
-        (work.id, name, number, piece)
-        for work in works
-        for name, text in work.texts
-        if text.strip()
-        for number, piece in enumerate(provider.chunk(text))
-    ]
-    embedded = provider.embed_documents([piece for *_address, piece in pieces]) if pieces else []
+    texts = [(work.id, name, text) for work in works for name, text in work.texts if text.strip()]
+    embedded = provider.embed_chunked([text for *_address, text in texts]) if texts else []
     by_row: dict[Any, list[Vector]] = {work.id: [] for work in works}
-    for (row_id, name, number, _piece), vector in zip(pieces, embedded, strict=True):
-        by_row[row_id].append((name, number, vector))
+    for (row_id, name, _text), of_text in zip(texts, embedded, strict=True):
+        by_row[row_id].extend((name, number, vector) for number, vector in enumerate(of_text))
     return [(work, by_row[work.id]) for work in works]
 
 

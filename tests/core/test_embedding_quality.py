@@ -6,7 +6,10 @@ torch (sentence-transformers, fp32), which is what every stored vector was made 
 * a query's vector in a batch (the query batcher) equals its vector alone;
 * on a 2,000-text corpus, the 10 nearest texts of each of 100 queries are the same as torch's (recall@10 = 1.0);
 * long texts are chunked exactly as before (the offsets of the ``tokenizers`` library equal those of the Hugging
-  Face tokenizer sentence-transformers uses).
+  Face tokenizer sentence-transformers uses);
+* the indexers' path (``embed_chunked``: each text tokenized once, its pieces' tokens taken from it) gives the
+  vectors of chunking then embedding every piece, and torch's own document path (the GPU worker's) those of
+  sentence-transformers' ``encode``.
 
 torch's vectors are computed once and cached under var/test-cache/, keyed by the texts, the model's files and the
 torch and sentence-transformers versions, so a run after the first does not run torch at all.
@@ -85,7 +88,8 @@ def torch_reference(texts: list[str]) -> np.ndarray:
     cache = Path(settings.DATA_DIR) / "test-cache" / f"embeddings-torch-{key}.npy"
     if cache.exists():
         return np.load(cache)
-    vectors = minilm.TorchEncoder(minilm.ModelFiles(path)).encode(texts, batch_size=64)
+    model = minilm.TorchEncoder(minilm.ModelFiles(path)).model
+    vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
     cache.parent.mkdir(parents=True, exist_ok=True)
     temporary = cache.with_suffix(f".{threading.get_ident()}.tmp.npy")
     np.save(temporary, vectors)
@@ -189,3 +193,78 @@ def test_chunking_is_unchanged(provider: local.LocalEmbeddingProvider) -> None:
     assert len(long_texts) > 40
     for text in long_texts:
         assert provider.chunk(text) == chunk_before(text)
+
+
+def long_texts() -> list[str]:
+    """Past the window, cut inside words and between them, in several scripts."""
+    texts = [t for t in varied_texts(300, seed=5, long_share=0.3) if len(t) > 600][:40]
+    texts.append("  " + "".join(f"Zürich 東京 naïve café, line {i}; " for i in range(120)) + " the end.  ")
+    texts.append(" ".join(["unbelievably", "tokenization", "antidisestablishmentarianism"] * 60))
+    return texts
+
+
+def test_the_document_path_tokenizes_each_text_once(provider: local.LocalEmbeddingProvider) -> None:
+    """``embed_chunked`` equals chunking then embedding every piece, and tokenizes again only the pieces cut
+    inside a word (never a text that fits the window)."""
+    long = long_texts()
+    texts = [*long[:-2:4], *long[-2:], *varied_texts(100, seed=9)]
+    encoder = local.load(provider.documents)
+    tokenizer = encoder.chunker.model_tokenizer
+    again: list[str] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(tokenizer, name)
+
+        def encode_batch(self, pieces: list[str], *args: Any, **kwargs: Any) -> Any:
+            again.extend(pieces)
+            return tokenizer.encode_batch(pieces, *args, **kwargs)
+
+    encoder.chunker.model_tokenizer = Recording()
+    try:
+        chunked = provider.embed_chunked(texts)
+    finally:
+        encoder.chunker.model_tokenizer = tokenizer
+    pieces = [provider.chunk(text) for text in texts]
+    assert [len(vectors) for vectors in chunked] == [len(p) for p in pieces]
+    cut = [piece for of_text in pieces if len(of_text) > 1 for piece in of_text]
+    assert 0 < len(again) < len(cut) / 2 and set(again) <= set(cut)
+    ours = np.asarray([vector for vectors in chunked for vector in vectors], dtype=np.float32)
+    separately = np.asarray(provider.embed_documents([piece for of_text in pieces for piece in of_text]), dtype=np.float32)
+    assert np.abs(ours - separately).max() < 1e-5
+
+
+def test_torch_document_path_matches_sentence_transformers(sentences: list[str]) -> None:
+    """TorchEncoder's own passes (the GPU worker's path: token ids padded with numpy, the model's modules called
+    directly) against sentence-transformers' ``encode``, on the CPU."""
+    encoder = minilm.TorchEncoder(minilm.ModelFiles(minilm.model_path()))
+    texts = sentences[:150] + [piece for text in long_texts()[-3:] for piece in encoder.chunk(text)]
+    ours = encoder.encode_tokens(encoder.chunker.tokenize(texts), 32)
+    cosines = (ours * torch_reference(texts)).sum(axis=1)
+    assert cosines.min() >= 0.99999
+
+
+def test_torch_keeps_its_thread_count_on_the_encode_thread() -> None:
+    """EMBEDDING_THREADS holds where torch runs, the encode thread, also after another runtime ran parallel work on
+    that thread first (its OpenMP thread count then stayed at every core: a one-thread bench row used them all)."""
+    import torch
+
+    everywhere = local.LocalEmbeddingProvider(backend="torch", batch_size=8)
+    everywhere.embed_chunked(["a first runtime runs parallel work on the encode thread"])
+    original = torch.get_num_threads()
+    one = local.LocalEmbeddingProvider(backend="torch", threads=1, batch_size=8)
+    encoder = local.load(one.documents)
+    seen: list[int] = []
+
+    def forward(ids: Any, mask: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return minilm.TorchEncoder.forward(encoder, ids, mask)
+
+    encoder.forward = forward  # type: ignore[method-assign]
+    try:
+        one.embed_chunked(["one thread"])
+    finally:
+        del encoder.forward
+        torch.set_num_threads(original)  # for the tests after this one, on both threads
+        local._encode_thread().submit(torch.set_num_threads, original).result()
+    assert seen == [1]

@@ -476,6 +476,54 @@ def test_local_batched_query_vectors_match_lone_encodes(minilm: local_module.Loc
         assert max(abs(a - b) for a, b in zip(vector, together[text], strict=True)) < 1e-5
 
 
+def hostile_long_texts(count: int, seed: int) -> list[str]:
+    """Texts past the model's window made of what tokenizers get wrong at a cut: words split into several tokens,
+    accents (composed and combining), other scripts, emoji, control and zero-width characters, the tokenizer's own
+    special tokens typed as text, words too long for WordPiece ([UNK])."""
+    import random
+
+    rng = random.Random(seed)
+    parts = [*"abcdefghij klmnop,.;!?'-()[]#@$%&*+=/\\|~<>0123456789\t\n", "é", "e\u0301", "\u0301", "ß", "İ", "ﬁ",
+             "東", "京", "한", "Я", "😀", "\u200b", "\x00", "\x07", "\ufffd", "\u00a0", "\u3000", "[MASK]", "[CLS]",
+             "##", " embedding", " unbelievably", " antidisestablishmentarianism", "x" * 120, " Zürich", " naïve"]  # fmt: skip
+    texts = ["".join(rng.choice(parts) for _ in range(rng.choice([300, 900, 2500]))) for _ in range(count)]
+    words = ["embedding", "unbelievable", "tokenization", "the", "Kyoto", "東京", "naïve", "co-operate", "don't"]
+    texts += [" ".join(rng.choices(words, k=rng.randint(150, 600))) for _ in range(count)]
+    return texts
+
+
+def test_chunker_reuses_each_texts_tokens_exactly() -> None:
+    """``Chunker.split`` takes a piece's model inputs from its text's tokens instead of tokenizing the piece again
+    (where the cut is between words): they must be exactly what tokenizing the piece gives, and the pieces
+    exactly what ``chunk`` cuts, one text at a time."""
+    from apps.core.embeddings import minilm
+
+    chunker = minilm.Chunker(minilm.ModelFiles(minilm.model_path()))
+    texts = [*hostile_long_texts(60, seed=1), "", "   ", "short text", "[MASK] [SEP]"]
+    chunks = chunker.split(texts)
+    assert chunks.pieces == [piece for text in texts for piece in chunker.chunk(text)]
+    assert chunks.counts == [len(chunker.chunk(text)) for text in texts]
+    assert sum(count > 1 for count in chunks.counts) >= 100
+    expected = [encoding.ids for encoding in chunker.model_tokenizer.encode_batch(chunks.pieces)]
+    tokens = chunks.tokens
+    assert tokens is not None and len(tokens) == len(expected)
+    for index, ids in enumerate(expected):
+        assert tokens.ids[tokens.starts[index] : tokens.starts[index] + tokens.lengths[index]].tolist() == ids, index
+    # A tokenizer the rule was not shown for: every piece tokenized again, the same inputs.
+    chunker._continuations = None
+    again = chunker.split(texts).tokens
+    assert again is not None and again.ids.tolist() == tokens.ids.tolist()
+
+
+def test_padded_batches_gather_each_texts_tokens() -> None:
+    from apps.core.embeddings.minilm import Tokens
+
+    tokens = Tokens.of([[5, 6, 7], [], [8]], (1,), (2,))
+    assert tokens.lengths.tolist() == [5, 2, 3] and tokens.longest_first().tolist() == [0, 2, 1]
+    ids, mask = tokens.padded(tokens.longest_first()[1:])
+    assert ids.tolist() == [[1, 8, 2], [1, 2, 0]] and mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+
+
 def test_the_model_code_imports_without_django() -> None:
     """bench/embeddings_gpu.py runs the provider on a GPU machine that has the ML stack but not Django."""
     import subprocess

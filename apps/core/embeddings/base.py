@@ -44,6 +44,13 @@ class EmbeddingProvider(ABC):
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed texts meant to be stored and searched over."""
 
+    def embed_chunked(self, texts: list[str]) -> list[list[list[float]]]:
+        """The indexers' path: every text ``chunk``-ed and every piece embedded, in one call; per text, the vectors
+        of its pieces in order. Providers that tokenize override it to tokenize each text once."""
+        pieces = [self.chunk(text) for text in texts]
+        vectors = self.embed_documents([piece for pieces_of_text in pieces for piece in pieces_of_text])
+        return split_by_counts(vectors, [len(pieces_of_text) for pieces_of_text in pieces])
+
     def embed_query(self, text: str) -> list[float]:
         """Embed a search query. Symmetric models embed queries like documents; asymmetric ones override this."""
         return self.embed_documents([text])[0]
@@ -59,6 +66,15 @@ class EmbeddingProvider(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} dimension={self.dimension}>"
+
+
+def split_by_counts(vectors: list[list[float]], counts: list[int]) -> list[list[list[float]]]:
+    """``vectors`` in consecutive groups of ``counts``."""
+    groups, start = [], 0
+    for count in counts:
+        groups.append(vectors[start : start + count])
+        start += count
+    return groups
 
 
 def l2_normalize(values: Sequence[float]) -> list[float]:

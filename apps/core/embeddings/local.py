@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import minilm, onnx_export
-from .base import EmbeddingError, EmbeddingProvider
+from .base import EmbeddingError, EmbeddingProvider, split_by_counts
 from .minilm import DIMENSION, MODEL_NAME, DeviceUnavailable, Encoder, ModelFiles
 
 logger = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ _encoders_pid: int | None = None
 # Set by preload_for_fork in a parent that forks workers: runtime -> (encoder, torch's default thread count).
 _forked: dict[Runtime, tuple[Encoder, int | None]] = {}
 _chunkers: dict[Path, minilm.Chunker] = {}
+# Texts per slice of ``embed_chunked``: enough for the tokenizers library's threads and several GPU passes each.
+SLICE_TEXTS = 2048
 
 
 def _loaded(runtime: Runtime) -> Encoder | None:
@@ -363,4 +365,26 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         except Exception as exc:
             raise EmbeddingError(f"{MODEL_NAME} failed to encode {len(texts)} texts: {exc}") from exc
         return vectors.tolist()
+
+    def embed_chunked(self, texts: list[str]) -> list[list[list[float]]]:
+        """Each text tokenized once: ``Chunker.split`` cuts it and hands the encoder its pieces' tokens, instead of
+        ``chunk`` then ``embed_documents`` tokenizing every piece again. In slices of SLICE_TEXTS texts, each
+        split on this thread (the tokenizers library's threads doing the work) while the encode thread embeds the
+        previous one, so a GPU is not left waiting for the CPU."""
+        if not texts:
+            return []
+        encoder = load(self.documents)
+        counts: list[int] = []
+        pending: list[concurrent.futures.Future] = []
+        try:
+            for start in range(0, len(texts), SLICE_TEXTS):
+                chunks = encoder.chunker.split(texts[start : start + SLICE_TEXTS])
+                counts += chunks.counts
+                pending.append(_encode_thread().submit(encoder.encode_tokens, chunks.tokens, self.batch_size))
+            vectors = [vector for future in pending for vector in future.result().tolist()]
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"{MODEL_NAME} failed to encode {len(texts)} texts: {exc}") from exc
+        return split_by_counts(vectors, counts)
 

@@ -201,45 +201,179 @@ def _torch_cuda() -> bool | str:
     return True
 
 
+@dataclass(frozen=True)
+class Tokens:
+    """The model's inputs for many texts at once, flat: text ``i`` is ``ids[starts[i] : starts[i] + lengths[i]]``,
+    [CLS] and [SEP] included. One int64 array instead of a list per text, so a forward pass's padded batch is a
+    numpy gather (``padded``), not a Python loop."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, sequences: Sequence[Sequence[int]], prefix: Sequence[int] = (), suffix: Sequence[int] = ()) -> Tokens:
+        """Token id lists, each wrapped in ``prefix`` and ``suffix`` (the special tokens, when not in them yet)."""
+        import numpy as np
+
+        flat: list[int] = []
+        for ids in sequences:
+            flat += prefix
+            flat += ids
+            flat += suffix
+        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences)) + len(prefix) + len(suffix)
+        starts = np.zeros_like(lengths)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        return cls(np.array(flat, dtype=np.int64), starts, lengths)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def longest_first(self) -> np.ndarray:
+        """Indices by length, longest first, ties in input order: batches of similar lengths pad little."""
+        import numpy as np
+
+        return np.argsort(-self.lengths, kind="stable")
+
+    def padded(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of ``rows`` padded to the longest of them with [PAD] (0, masked out of the mean), and the mask."""
+        import numpy as np
+
+        lengths = self.lengths[rows]
+        positions = np.arange(int(lengths.max()))
+        mask = positions < lengths[:, None]
+        ids = np.where(mask, self.ids.take(self.starts[rows][:, None] + positions, mode="clip"), 0)
+        return ids, mask.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Texts split for the model: ``counts[i]`` pieces of text ``i``, all pieces in order in ``pieces``, and (when
+    asked for) their model inputs in ``tokens``, in the same order."""
+
+    counts: list[int]
+    pieces: list[str]
+    tokens: Tokens | None
+
+
 class Chunker:
-    """Splits a text longer than the model's window into pieces it reads whole. Needs the tokenizer only, never
-    the model; thread-safe (the tokenizer's settings never change after construction)."""
+    """Splits a text longer than the model's window into pieces it reads whole, and tokenizes the pieces for the
+    model. Needs the tokenizer only, never the model; thread-safe (the tokenizers' settings never change after
+    construction)."""
 
     def __init__(self, files: ModelFiles) -> None:
         self.max_seq_length = files.max_seq_length
-        # Tokens without truncation (and, below, without [CLS]/[SEP]).
+        # Tokens without truncation (and, below, without [CLS]/[SEP]): offsets to cut at.
         self.tokenizer = files.tokenizer(truncate=False)
+        # What the model reads: [CLS] text [SEP], truncated at max_seq_length.
+        self.model_tokenizer = files.tokenizer(truncate=True)
+        self.window = min(CHUNK_TOKENS, max(16, self.max_seq_length - 2 - CHUNK_MARGIN_TOKENS))
+        self._special, self._continuations = self._reuse_rules()
+
+    def _reuse_rules(self) -> tuple[tuple[int, int], frozenset[int] | None]:
+        """([CLS], [SEP]) ids, and the ids of WordPiece's continuation tokens ("##ing") where a piece's tokens can
+        be taken from its text's tokens instead of tokenizing the piece again (None: always tokenize it again).
+
+        That holds for BERT's tokenizer whenever a piece starts and ends at the start of a word (a token that is
+        no continuation): its normalizer works on each character alone, its pre-tokenizer splits at every space
+        and punctuation character whatever surrounds it, and WordPiece splits each word alone, so the piece's
+        words, and their tokens, are those of the whole text. A cut inside a word ("embed|ding") is not: the
+        piece's first or last word is another word, so that piece is tokenized on its own, as it always was.
+        tests/core/test_embeddings.py compares both on texts of every kind."""
+        from tokenizers import models, normalizers, pre_tokenizers
+
+        special = self.model_tokenizer.encode("").ids
+        tokenizer = self.tokenizer
+        if not (
+            len(special) == 2
+            and self.model_tokenizer.encode("a b").ids
+            == [special[0], *tokenizer.encode("a b", add_special_tokens=False).ids, special[1]]
+            and isinstance(tokenizer.model, models.WordPiece)
+            and isinstance(tokenizer.normalizer, normalizers.BertNormalizer)
+            and isinstance(tokenizer.pre_tokenizer, pre_tokenizers.BertPreTokenizer)
+        ):
+            return (0, 0), None
+        prefix = tokenizer.model.continuing_subword_prefix
+        continuations = frozenset(i for token, i in tokenizer.get_vocab().items() if token.startswith(prefix))
+        return (special[0], special[1]), continuations
 
     def chunk(self, text: str) -> list[str]:
         """Windows of CHUNK_TOKENS of the model's own tokens (never more than ``max_seq_length`` less the
         [CLS]/[SEP] it adds and a margin for a piece re-tokenizing slightly longer at its edges), overlapping by a
         quarter, cut at token boundaries mapped back to characters; together they cover every character."""
-        window = min(CHUNK_TOKENS, max(16, self.max_seq_length - 2 - CHUNK_MARGIN_TOKENS))
+        return self.split([text], tokens=False).pieces
+
+    def split(self, texts: Sequence[str], *, tokens: bool = True) -> Chunks:
+        """Every text chunked as ``chunk`` does, tokenized once for all of them (``encode_batch``: on the
+        tokenizers library's own threads). With ``tokens``, also the model inputs of every piece: its own tokens
+        in its text's encoding, tokenized again only where a cut falls inside a word (see ``_reuse_rules``)."""
+        texts = list(texts)
         try:
-            offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
+            encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
         except Exception as exc:
             raise EmbeddingError(f"{MODEL_NAME} failed to tokenize a text: {exc}") from exc
-        if len(offsets) <= window:
-            return [text]
-        stride = window - window // 4
-        chunks = []
-        start = 0
-        while True:
-            end = min(start + window, len(offsets))
-            # First piece from the very start, last to the very end: leading/trailing characters that make no
-            # token (spaces, control characters) belong to a chunk too.
-            begin = 0 if start == 0 else offsets[start][0]
-            finish = len(text) if end == len(offsets) else offsets[end][0]
-            chunks.append(text[begin:finish])
-            if end == len(offsets):
-                return chunks
-            start += stride
+        continuations = self._continuations
+        reuse = tokens and continuations is not None
+        window, stride = self.window, self.window - self.window // 4
+        counts: list[int] = []
+        pieces: list[str] = []
+        piece_ids: list[Any] = []  # per piece: its tokens (no [CLS]/[SEP]), or None: tokenize the piece again
+        for text, encoding in zip(texts, encodings, strict=True):
+            count = len(encoding)
+            ids = encoding.ids if reuse else None
+            if count <= window:
+                counts.append(1)
+                pieces.append(text)
+                piece_ids.append(ids)
+                continue
+            offsets = encoding.offsets
+            start = 0
+            first = len(pieces)
+            while True:
+                end = min(start + window, count)
+                # First piece from the very start, last to the very end: leading/trailing characters that make no
+                # token (spaces, control characters) belong to a chunk too.
+                begin = 0 if start == 0 else offsets[start][0]
+                finish = len(text) if end == count else offsets[end][0]
+                pieces.append(text[begin:finish])
+                if ids is not None:
+                    reusable = (start == 0 or ids[start] not in continuations) and (
+                        end == count or ids[end] not in continuations
+                    )
+                    piece_ids.append(ids[start:end] if reusable else None)
+                if end == count:
+                    break
+                start += stride
+            counts.append(len(pieces) - first)
+        if not tokens:
+            return Chunks(counts, pieces, None)
+        if not reuse:
+            return Chunks(counts, pieces, self.tokenize(pieces))
+        again = [index for index, ids in enumerate(piece_ids) if ids is None]
+        if again:
+            try:
+                encodings = self.model_tokenizer.encode_batch([pieces[index] for index in again])
+            except Exception as exc:
+                raise EmbeddingError(f"{MODEL_NAME} failed to tokenize a text: {exc}") from exc
+            for index, encoding in zip(again, encodings, strict=True):
+                piece_ids[index] = encoding.ids[1:-1]  # [CLS] ... [SEP], truncated as the model reads it
+        cls_id, sep_id = self._special
+        return Chunks(counts, pieces, Tokens.of(piece_ids, (cls_id,), (sep_id,)))
+
+    def tokenize(self, texts: Sequence[str]) -> Tokens:
+        """The model's inputs for ``texts``, each whole (truncated at ``max_seq_length``)."""
+        try:
+            encodings = self.model_tokenizer.encode_batch(list(texts))
+        except Exception as exc:
+            raise EmbeddingError(f"{MODEL_NAME} failed to tokenize a text: {exc}") from exc
+        return Tokens.of([encoding.ids for encoding in encodings])
 
 
 class Encoder(ABC):
     """One loaded runtime of the model. ``encode`` returns L2-normalised float32 rows, one per text, in input order;
     a text's vector does not depend on the rest of its batch (to float rounding), which the query batcher relies on.
-    ``chunk`` splits long texts for it. Thread-safe for ``chunk``; callers serialise ``encode`` (one thread)."""
+    ``chunker`` splits long texts for it and tokenizes them (``split``), ``encode_tokens`` embeds what it made.
+    Thread-safe for the chunker; callers serialise ``encode`` and ``encode_tokens`` (one thread)."""
 
     backend: str
 
@@ -254,9 +388,13 @@ class Encoder(ABC):
     def chunk(self, text: str) -> list[str]:
         return self.chunker.chunk(text)
 
-    @abstractmethod
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """Vectors of ``texts`` (at most ``batch_size`` per forward pass), in input order."""
+        return self.encode_tokens(self.chunker.tokenize(texts), batch_size)
+
+    @abstractmethod
+    def encode_tokens(self, tokens: Tokens, batch_size: int) -> np.ndarray:
+        """Vectors of tokenized texts (``Chunker.tokenize`` or ``Chunker.split``), in input order."""
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "device": self.device, "precision": self.precision}
@@ -299,33 +437,23 @@ class OnnxEncoder(Encoder):
             raise DeviceUnavailable(f"onnxruntime could not use {device} (providers: {self.session.get_providers()})")
         self.onnx_path = Path(onnx_path)
         self.threads = threads
-        self._tokenizer = files.tokenizer(truncate=True)
         # On a GPU the batch size alone bounds a pass; on the CPU also the padded tokens (see CPU_BATCH_TOKENS).
         self.max_batch_tokens = CPU_BATCH_TOKENS if device == "cpu" else 1 << 30
         self._input_names = {node.name for node in self.session.get_inputs()}
 
-    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
-        """Tokenized once, longest first; each forward pass takes the next texts while ``batch_size`` rows and, on
-        the CPU, CPU_BATCH_TOKENS padded tokens allow, so a batch pads its texts to similar lengths."""
+    def encode_tokens(self, tokens: Tokens, batch_size: int) -> np.ndarray:
+        """Longest first; each forward pass takes the next texts while ``batch_size`` rows and, on the CPU,
+        CPU_BATCH_TOKENS padded tokens allow, so a batch pads its texts to similar lengths."""
         import numpy as np
 
-        out = np.empty((len(texts), DIMENSION), dtype=np.float32)
-        if not texts:
-            return out
-        encodings = self._tokenizer.encode_batch(list(texts))
-        lengths = [len(encoding.ids) for encoding in encodings]
-        order = sorted(range(len(texts)), key=lengths.__getitem__, reverse=True)
+        out = np.empty((len(tokens), DIMENSION), dtype=np.float32)
+        order = tokens.longest_first()
         start = 0
         while start < len(order):
-            longest = lengths[order[start]]
+            longest = int(tokens.lengths[order[start]])
             rows = order[start : start + max(1, min(batch_size, self.max_batch_tokens // longest))]
             start += len(rows)
-            ids = np.zeros((len(rows), longest), dtype=np.int64)  # [PAD] is 0, masked out of the mean
-            mask = np.zeros_like(ids)
-            for row, index in enumerate(rows):
-                ids[row, : lengths[index]] = encodings[index].ids
-                mask[row, : lengths[index]] = 1
-            out[rows] = self.run(ids, mask)
+            out[rows] = self.run(*tokens.padded(rows))
         return out
 
     def run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -359,6 +487,7 @@ class TorchEncoder(Encoder):
         if threads:
             # Process-wide: leaves cores for the web workers and the database on small machines.
             torch.set_num_threads(threads)
+        self.threads = threads
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(str(files.path), device=device, local_files_only=True)
@@ -370,16 +499,36 @@ class TorchEncoder(Encoder):
             raise EmbeddingError(f"{MODEL_NAME} at {files.path} has dimension {dimension()}")
         self.model = model
 
-    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+    def encode_tokens(self, tokens: Tokens, batch_size: int) -> np.ndarray:
+        """Passes of ``batch_size`` texts, longest first. On a GPU nothing waits for a pass to finish: each batch
+        is padded (numpy) while the GPU runs the previous one, copied from pinned memory without blocking, and
+        the vectors stay on the GPU until one copy back at the end. fp16 weights are converted once, at load;
+        per pass only the vectors are (to fp32, then normalised again in fp32)."""
         import numpy as np
+        import torch
 
-        if not texts:
-            return np.zeros((0, DIMENSION), dtype=np.float32)
-        vectors = self.model.encode(  # sorts by length and batches itself
-            list(texts),
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.asarray(vectors, dtype=np.float32)
+        out = np.empty((len(tokens), DIMENSION), dtype=np.float32)
+        if not len(tokens):
+            return out
+        order = tokens.longest_first()
+        gpu = self.device != "cpu"
+        if not gpu and self.threads and torch.get_num_threads() != self.threads:
+            # OpenMP keeps a thread count per thread: one that already ran parallel work (another runtime, a copy
+            # into pinned memory) keeps its own until told again.
+            torch.set_num_threads(self.threads)
+        passes = []
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                ids, mask = (torch.from_numpy(array) for array in tokens.padded(order[start : start + batch_size]))
+                if gpu:
+                    ids = ids.pin_memory().to(self.device, non_blocking=True)
+                    mask = mask.pin_memory().to(self.device, non_blocking=True)
+                passes.append(self.forward(ids, mask).float())
+            vectors = torch.nn.functional.normalize(torch.cat(passes), dim=1)
+            out[order] = vectors.cpu().numpy()
+        return out
+
+    def forward(self, ids: Any, mask: Any) -> Any:
+        """One pass through the model's modules (transformer, mean pooling, normalisation): padded token ids and
+        their attention mask in (tensors on the device), the sentence embeddings out, on the device."""
+        return self.model({"input_ids": ids, "attention_mask": mask})["sentence_embedding"]
