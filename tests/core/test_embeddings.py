@@ -374,7 +374,7 @@ def test_local_settings_choose_backend_devices_and_batch_size() -> None:
         # A GPU worker node: documents on the GPU in fp16, queries (the web processes) stay on the CPU in fp32.
         assert provider.documents == local_module.Runtime("torch", "cuda:1", "fp16", None, provider.documents.onnx_dir)
         assert provider.queries.device == "cpu" and provider.queries.precision == "fp32"
-        assert provider.batch_size == 256  # the GPU default
+        assert provider.batch_size == 512  # the GPU default
     with override_settings(EMBEDDING_PROVIDER="local", EMBEDDING_DEVICE="cuda", EMBEDDING_BATCH_SIZE=512):
         assert get_provider().batch_size == 512
     for bad in ({"EMBEDDING_BACKEND": "tensorflow"}, {"EMBEDDING_DEVICE": "gpu"}, {"EMBEDDING_PRECISION": "fp16"},
