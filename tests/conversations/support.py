@@ -19,8 +19,6 @@ import pytest
 import requests
 from django.db import connection
 
-from tests.concurrency import run_concurrently  # noqa: F401  # compat: remove once all branches have merged
-
 CONVERSATIONS = "/v1/conversations"
 TRANSFERS = "/v1/ownership-transfers"
 ADMIN = "/v1/admin/conversations"
