@@ -4,7 +4,8 @@ The LangGraph and LangChain adapters need every operation twice (``get`` and ``a
 and most operations are several calls with logic between them (paging until a page is full, reading a thread's
 entries page by page). A *flow* is a generator that yields the :class:`~memory_service._base.Call` it needs next and
 receives its answer (or has the call's exception thrown into it); :func:`run` drives it with a :class:`Client`,
-:func:`arun` with an :class:`AsyncClient`. The logic lives in the flow, the I/O in the two drivers.
+:func:`arun` with an :class:`AsyncClient`. The logic lives in the flow, the I/O in the two drivers (the clients send
+each call the same way: :func:`memory_service._base.exchange`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from collections.abc import Generator
 from typing import Any, TypeVar
 
-from memory_service._base import Call
+from memory_service._base import Call, adrive, drive
 from memory_service.async_client import AsyncClient
 from memory_service.client import Client
 
@@ -24,33 +25,14 @@ Flow = Generator[Call[Any], Any, T]
 
 
 def run(client: Client, flow: Flow[T]) -> T:
-    """Drive ``flow`` with the blocking client; its return value is the answer."""
-    try:
-        call = next(flow)
-        while True:
-            try:
-                answer = client._run(call)
-            except Exception as exc:  # the flow decides: it may catch (a 404 is "absent") or let it propagate
-                call = flow.throw(exc)
-            else:
-                call = flow.send(answer)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+    """Drive ``flow`` with the blocking client; its return value is the answer. A call's exception is thrown into
+    the flow, which decides: it may catch it (a 404 is "absent") or let it propagate."""
+    return drive(flow, client._run)
 
 
 async def arun(client: AsyncClient, flow: Flow[T]) -> T:
     """Drive ``flow`` with the awaited client."""
-    try:
-        call = next(flow)
-        while True:
-            try:
-                answer = await client._run(call)
-            except Exception as exc:
-                call = flow.throw(exc)
-            else:
-                call = flow.send(answer)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+    return await adrive(flow, client._run)
 
 
 class Clients:

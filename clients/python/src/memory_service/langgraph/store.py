@@ -29,7 +29,7 @@ from memory_service import _operations as ops
 from memory_service._flow import Clients, Flow, arun, run
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
-from memory_service.client import MEMORY_SEARCH_MAX_OFFSET, Client
+from memory_service.client import Client
 from memory_service.errors import NotFoundError
 from memory_service.langgraph import _filters
 from memory_service.models import Memory, MemorySearchItem, Namespace
@@ -244,7 +244,7 @@ class MemoryServiceStore(BaseStore):
         filtering = bool(op.filter)
         skip = max(op.offset, 0) if filtering else 0
         offset = 0 if filtering else max(op.offset, 0)
-        while offset <= MEMORY_SEARCH_MAX_OFFSET:
+        while offset <= ops.MEMORY_SEARCH_MAX_OFFSET:
             page_size = SEARCH_PAGE if filtering else min(SEARCH_PAGE, wanted - len(found))
             page: list[MemorySearchItem] = yield ops.search_memories(
                 op.namespace_prefix, query=query, limit=page_size, offset=offset
