@@ -8,7 +8,18 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
-from memory_service import APIError, NotFoundError, OAuthToken, ServerError, StreamEvent, ValidationError
+from memory_service import (
+    APIError,
+    Entry,
+    Me,
+    Memory,
+    NotFoundError,
+    OAuthToken,
+    SearchResult,
+    ServerError,
+    StreamEvent,
+    ValidationError,
+)
 from memory_service import _operations as ops
 from memory_service._base import ClientConfig, Close, Read, RetryPolicy, Send, Sleep, Token, exchange
 from memory_service._sse import SSEParser, decode
@@ -38,6 +49,22 @@ def test_errors_from_the_d1_body_and_from_anything_else() -> None:
     proxy = error_from_response(502, httpx.Headers({"x-request-id": "p"}), b"<html>Bad gateway</html>")
     assert isinstance(proxy, ServerError) and (proxy.code, proxy.request_id) == ("http_502", "p")
     assert isinstance(error_from_response(404, httpx.Headers(), b""), NotFoundError)
+
+
+def test_answers_are_read_by_their_fields() -> None:
+    """camelCase keys (snake_case for memories), timestamps parsed, nested models built; a field with a default may
+    be absent, one that may be None is None when absent, any other must be there; unknown keys are ignored."""
+    entry = {"id": "e", "conversationId": "c", "userId": "u", "channel": "history", "contentType": "history",
+             "content": [{"role": "USER"}], "createdAt": "2026-01-02T03:04:05Z", "new": "ignored"}
+    hit = SearchResult.from_json({"conversationId": "c", "conversationTitle": "t", "entryId": "e", "score": 0.5,
+                                  "highlights": "**t**", "entry": entry})
+    assert hit.entry.created_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC) and hit.entry.content_type == "history"
+    memory = Memory.from_json({"id": "m", "namespace": ["user", "bob"], "key": "k", "value": {}, "attributes": None,
+                               "created_at": "2026-01-02T03:04:05+00:00"})
+    assert (memory.namespace, memory.expires_at) == (("user", "bob"), None)
+    assert Me.from_json({"userId": "bob"}) == Me("bob", None, (), False, False, False)
+    with pytest.raises(KeyError):
+        Entry.from_json({"id": "e"})
 
 
 def test_requests_are_encoded_as_the_schema_says() -> None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Generator
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator
+from typing import Any, Self, TypeVar
 
 from memory_service._base import Call, adrive, drive
 from memory_service.async_client import AsyncClient
+from memory_service.auth import TokenSource
 from memory_service.client import Client
+from memory_service.models import Page
 
 T = TypeVar("T")
 
@@ -35,6 +37,18 @@ async def arun(client: AsyncClient, flow: Flow[T]) -> T:
     return await adrive(flow, client._run)
 
 
+def every_page(make_call: Callable[[str | None], Call[Page[T]]]) -> Flow[list[T]]:
+    """Every item of a list, following its cursors (``make_call(cursor)``: one page's call)."""
+    items: list[T] = []
+    cursor = None
+    while True:
+        page: Page[T] = yield make_call(cursor)
+        items.extend(page.data)
+        if page.after_cursor is None or not page.data:
+            return items
+        cursor = page.after_cursor
+
+
 class Clients:
     """The blocking and the awaited client an adapter uses: given, or made on first use from ``base_url`` and the
     credentials. A made :class:`AsyncClient` belongs to the event loop that made it (httpx pools connections per
@@ -45,14 +59,17 @@ class Clients:
         client: Client | None,
         async_client: AsyncClient | None,
         base_url: str | None,
-        client_kwargs: dict[str, Any],
+        *,
+        token: TokenSource | None = None,
+        api_key: str | None = None,
+        **client_kwargs: Any,
     ) -> None:
         if client is None and async_client is None and base_url is None:
             raise TypeError("give a client, an async_client, or a base_url (with token= / api_key=)")
         self._client = client
         self._async_client = async_client
         self._base_url = base_url or (client.base_url if client else async_client.base_url)  # type: ignore[union-attr]
-        self._kwargs = client_kwargs
+        self._kwargs = {**client_kwargs, "token": token, "api_key": api_key}
         self._made_sync = False
         self._made_async: tuple[object, AsyncClient] | None = None  # (its event loop, the client)
         self._lock = threading.Lock()
@@ -85,3 +102,29 @@ class Clients:
         if self._made_async is not None and self._made_async[0] is asyncio.get_running_loop():
             made, self._made_async = self._made_async[1], None
             await made.aclose()
+
+
+class UsesClients:
+    """What the adapters share: their :class:`Clients` (``_clients``), closed by ``close()`` / ``aclose()`` (a
+    client they were given stays open), also as a context manager, plain or async."""
+
+    _clients: Clients
+
+    def close(self) -> None:
+        self._clients.close()
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+        self.close()

@@ -26,7 +26,7 @@ from langgraph.store.base import (
 )
 
 from memory_service import _operations as ops
-from memory_service._flow import Clients, Flow, arun, run
+from memory_service._flow import Clients, Flow, UsesClients, arun, run
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
 from memory_service.client import Client
@@ -48,7 +48,7 @@ class StoreIndexConfig(TypedDict, total=False):
     embed: Any
 
 
-class MemoryServiceStore(BaseStore):
+class MemoryServiceStore(BaseStore, UsesClients):
     """A LangGraph ``BaseStore`` whose items are Memory Service memories, with sync and async methods.
 
     >>> store = MemoryServiceStore("http://localhost:8080", token=OAuthToken.dev_idp("http://localhost:8080", "bob"))
@@ -102,11 +102,7 @@ class MemoryServiceStore(BaseStore):
         max_concurrency: int = 16,
         **client_kwargs: Any,
     ) -> None:
-        if token is not None:
-            client_kwargs["token"] = token
-        if api_key is not None:
-            client_kwargs["api_key"] = api_key
-        self._clients = Clients(client, async_client, base_url, client_kwargs)
+        self._clients = Clients(client, async_client, base_url, token=token, api_key=api_key, **client_kwargs)
         if index is False:
             self._fields: list[tuple[str, Any]] | None = None
         else:
@@ -127,23 +123,7 @@ class MemoryServiceStore(BaseStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
-
-    def __enter__(self) -> MemoryServiceStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> MemoryServiceStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-        self.close()
+        super().close()
 
     # --- BaseStore ------------------------------------------------------------------------------------------------
 
