@@ -12,11 +12,11 @@ import os
 import threading
 import time
 from collections import Counter
+from functools import partial
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
 from prometheus_client import REGISTRY
 
 from apps.conversations import indexer as conversation_indexer
@@ -26,6 +26,7 @@ from apps.core.embeddings import EmbeddingError, get_provider
 from apps.memories import indexer as memory_indexer
 from apps.memories import tasks as memory_tasks
 from apps.memories.models import IndexStatus, Memory
+from tests.concurrency import run_concurrently
 from tests.conversations.support import append_ok, new_id, sql
 
 pytestmark = pytest.mark.django_db
@@ -291,25 +292,7 @@ def test_32_concurrent_cycles_embed_each_entry_once_and_take_each_poison_row_onc
     undecryptable = append_ok(bob, cid, "breakwater sealed")["id"]
     sql("UPDATE conversation_entries SET content = %s WHERE id = %s", [b"\x00garbage", undecryptable])
 
-    start = threading.Barrier(32)
-    failures: list[BaseException] = []
-    reports: list[conversation_indexer.CycleReport] = []
-
-    def worker() -> None:
-        try:
-            start.wait()
-            reports.append(conversation_indexer.run_cycle(batch_size=5))
-        except BaseException as exc:  # surfaced below
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker) for _ in range(32)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not failures, failures
+    reports = run_concurrently([partial(conversation_indexer.run_cycle, batch_size=5)] * 32)
     assert not overlaps  # "breakwater sealed" and the rest: never two workers on one entry at once
     assert sum(report.indexed for report in reports) == 60
     embedded.pop(indexing.PROBE_TEXT)  # the worker that met the poison row made sure the provider works
