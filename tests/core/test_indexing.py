@@ -27,7 +27,7 @@ from apps.memories import indexer as memory_indexer
 from apps.memories import tasks as memory_tasks
 from apps.memories.models import IndexStatus, Memory
 from tests.concurrency import run_concurrently
-from tests.conversations.support import append_ok, new_id, sql
+from tests.conversations.support import append_ok, new_id, search, sql
 
 pytestmark = pytest.mark.django_db
 
@@ -81,10 +81,7 @@ def memory_keys(client, query: str) -> set[str]:
 
 
 def entry_ids(client, query: str, search_type: str = "semantic") -> set[str]:
-    response = client.post("/v1/conversations/search", {"query": query, "searchType": search_type, "limit": 50},
-                           format="json")  # fmt: skip
-    assert response.status_code == 200, response.content
-    return {item["entryId"] for item in response.json()["data"]}
+    return {item["entryId"] for item in search(client, query, searchType=search_type, limit=50)["data"]}
 
 
 def entry_state(entry_id: str) -> tuple:
