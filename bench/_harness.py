@@ -48,6 +48,16 @@ class BenchError(RuntimeError):
     """A benchmark cannot produce trustworthy numbers (setup failed, the server answered non-2xx...)."""
 
 
+def run_main(main: Callable[[list[str]], int | None]) -> None:
+    """A bench script's ``if __name__ == "__main__"``: exits with ``main(argv)``'s status; a :class:`BenchError` is
+    one ``FAILED`` line on stderr and status 1 (no traceback)."""
+    try:
+        raise SystemExit(main(sys.argv[1:]))
+    except BenchError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
 def log(message: str) -> None:
     """Progress goes to stderr so stdout carries only the report (pipe-friendly)."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

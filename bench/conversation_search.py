@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -360,8 +359,4 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main(sys.argv[1:]))
-    except h.BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+    h.run_main(main)

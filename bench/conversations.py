@@ -425,8 +425,4 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main(sys.argv[1:]))
-    except h.BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+    h.run_main(main)

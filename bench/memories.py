@@ -1204,8 +1204,4 @@ def goal_rows(rows: list[Row], wrk: dict[str, WrkResult | None], memory: MemoryR
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main(sys.argv[1:]))
-    except h.BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+    h.run_main(main)

@@ -1434,8 +1434,4 @@ def _search_env(redis_url: str) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main(sys.argv[1:]))
-    except h.BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+    h.run_main(main)

@@ -303,8 +303,4 @@ def report(info: dict[str, Any], checkpoints: list[dict[str, Any]], verdict: dic
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main(sys.argv[1:]))
-    except h.BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+    h.run_main(main)

@@ -10,28 +10,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import requests
 from django.db import connections
 
 T = TypeVar("T")
 
 
-def run_concurrently(
-    calls: Sequence[Callable[[], T]] | int, call: Callable[[int, requests.Session], T] | None = None, *,
-    timeout: float = 120,
-) -> list[T]:
+def run_concurrently(calls: Sequence[Callable[[], T]], *, timeout: float = 120) -> list[T]:
     """Run every call at once, each on a thread of its own, released together by a barrier so they really overlap
     (on the server, in the database); returns their results in call order and re-raises the first exception. Each
     thread closes the Django database connections it opened, so none outlives the test.
 
     ``run_concurrently([lambda: ..., ...])``; for N alike clients, ``run_concurrently([partial(work, i) for i in
     range(N)])``."""
-    if isinstance(calls, int):
-        # compat: remove once all branches have merged (the old signature: clients, call(index, session))
-        assert call is not None
-        calls = [lambda index=index: _with_session(call, index) for index in range(calls)]
     barrier = threading.Barrier(len(calls), timeout=timeout)
 
     def run(one: Callable[[], T]) -> T:
@@ -45,15 +37,3 @@ def run_concurrently(
         futures = [pool.submit(run, one) for one in calls]
         return [future.result(timeout=timeout) for future in futures]
 
-
-def _with_session(call: Callable[[int, requests.Session], T], index: int) -> T:
-    with requests.Session() as session:
-        return call(index, session)
-
-
-def LiveServer() -> Any:
-    """The session's kind of live server, started on its own (use the ``live_service`` fixture instead)."""
-    # compat: remove once all branches have merged
-    from tests.live_service import LiveService
-
-    return LiveService(extra_env={"WSGI_THREADS": "16"}).start()

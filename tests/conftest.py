@@ -35,13 +35,6 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         embedded_services.stop(only=set(embedded_services.started_here))
 
 
-@pytest.fixture(scope="session")
-def live_http(live_service: LiveService) -> LiveService:
-    """The session's live service (``.url`` is its base URL)."""
-    # compat: remove once all branches have merged (tests started a second, in-process server through this name)
-    return live_service
-
-
 @pytest.fixture
 def api() -> APIClient:
     """An anonymous client; see ``client_for`` for authenticated ones."""

@@ -167,9 +167,6 @@ class LiveService:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    # compat: remove once all branches have merged (tests.concurrency.LiveServer and live_http called it .url)
-    url = base_url
-
     def start(self, timeout: float = 60.0) -> LiveService:
         return self.launch().wait_ready(timeout)
 

@@ -57,7 +57,14 @@ ACTIVE_TYPES = frozenset(
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 
 _ID_PARAM = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Attachment id")
-_FILE_RESPONSE = OpenApiResponse(OpenApiTypes.BINARY, description="The file, streamed, with ETag = its sha256")
+# What every download (download_response) answers besides its errors.
+_DOWNLOAD_RESPONSES = {
+    (200, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="The file, streamed, with ETag = its sha256"),
+    302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
+    304: OpenApiResponse(
+        description="Not modified (If-None-Match matched the ETag); with the 200's ETag and Cache-Control"
+    ),
+}
 
 
 class _AnyAccept(BaseContentNegotiation):
@@ -247,14 +254,7 @@ class AttachmentView(APIView):
         "readers calling through that client. Admins and auditors have no bypass here (403 like anyone else); "
         "they read through GET /v1/admin/attachments/{id}, which is audit-logged.",
         parameters=[_ID_PARAM],
-        responses={
-            (200, "*/*"): _FILE_RESPONSE,
-            302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
-            304: OpenApiResponse(
-                description="Not modified (If-None-Match matched the ETag); with the 200's ETag and Cache-Control"
-            ),
-            **error_responses(400, 401, 403, 404, 500),
-        },
+        responses={**_DOWNLOAD_RESPONSES, **error_responses(400, 401, 403, 404, 500)},
     )
     def get(self, request: Request, id: str) -> HttpResponse:
         attachment = selectors.readable_attachment(request.user, path_uuid(id, "id"))
@@ -304,12 +304,7 @@ class SignedDownloadView(APIView):
             OpenApiParameter("token", str, OpenApiParameter.PATH),
             OpenApiParameter("filename", str, OpenApiParameter.PATH),
         ],
-        responses={
-            (200, "*/*"): _FILE_RESPONSE,
-            302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
-            304: OpenApiResponse(description="Not modified"),
-            **error_responses(403, 404, 500),
-        },
+        responses={**_DOWNLOAD_RESPONSES, **error_responses(403, 404, 500)},
     )
     def get(self, request: Request, token: str, filename: str) -> HttpResponse:
         attachment_id = signing.verify_token(token)
@@ -358,12 +353,7 @@ class AdminAttachmentView(RoleChecked, APIView):
         "download's: Content-Type, Content-Length, ETag, nosniff, Content-Disposition: attachment for active types; "
         "If-None-Match with the ETag: 304; 302 to a presigned URL in S3 direct-download mode.",
         parameters=[_ID_PARAM],
-        responses={
-            (200, "*/*"): _FILE_RESPONSE,
-            302: OpenApiResponse(description="Redirect to a presigned object-store URL"),
-            304: OpenApiResponse(description="Not modified (If-None-Match matched the ETag)"),
-            **error_responses(400, 401, 403, 404, 500),
-        },
+        responses={**_DOWNLOAD_RESPONSES, **error_responses(400, 401, 403, 404, 500)},
     )
     def get(self, request: Request, id: str) -> HttpResponse:
         attachment_id = path_uuid(id, "id")

@@ -62,11 +62,10 @@ class ConversationIndexer(indexing.Indexer):
         vector_index.ensure_index(dimension)
 
     def load(self, ids: list) -> list[tuple]:
-        arms = " OR ".join(f"({arm})" for arm in self.pending())
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT t.id, t.conversation_id, c.root_id, t.indexed_content, t.content FROM {self.from_sql} "  # noqa: S608
-                f"WHERE t.id = ANY(%s) AND ({arms}) AND {indexing.due_sql()}",
+                f"WHERE t.id = ANY(%s) AND ({self.pending_sql()}) AND {indexing.due_sql()}",
                 [ids],
             )
             return cursor.fetchall()

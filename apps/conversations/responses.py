@@ -6,9 +6,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from apps.conversations.models import Channel
-from apps.sharing.access import AccessLevel
-
-LEVELS = [level.value for level in AccessLevel]
+from apps.sharing.access import LEVELS
 
 
 # The fields every view of a conversation shows. (No docstring: drf-spectacular would give it to every component

@@ -128,6 +128,10 @@ class Indexer(ABC):
         """SQL predicates over ``t`` (and the joins of ``from_sql``): a row needs work when one of them holds. One per
         partial index: the candidate query is a UNION ALL of them, each walked oldest first."""
 
+    def pending_sql(self) -> str:
+        """``pending()`` as one SQL condition: any of its predicates."""
+        return " OR ".join(f"({arm})" for arm in self.pending())
+
     @abstractmethod
     def load(self, ids: list[Any]) -> list[tuple]:
         """Re-read the leased ``ids`` that are still pending and due (``due_sql()``); ``row[0]`` is the id."""
@@ -290,7 +294,7 @@ class Indexer(ABC):
                 f"SELECT count(*) FILTER (WHERE NOT ({quarantined})), "  # noqa: S608 - code's SQL
                 f"coalesce(extract(epoch FROM now() - min(t.created_at) FILTER (WHERE NOT ({quarantined}))), 0), "
                 f"count(*) FILTER (WHERE {quarantined}) "
-                f"FROM {self.from_sql} WHERE {' OR '.join(f'({arm})' for arm in self.pending())}"
+                f"FROM {self.from_sql} WHERE {self.pending_sql()}"
             )
             pending, lag, quarantined_count = cursor.fetchone()
         return Status(int(pending), float(lag), int(quarantined_count))
@@ -314,11 +318,10 @@ class Indexer(ABC):
 
     def quarantined_rows(self, limit: int = 100) -> list[dict]:
         """The quarantined rows, oldest first: id, failures, reason, since when. No content."""
-        arms = " OR ".join(f"({arm})" for arm in self.pending())
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT t.id, t.index_failures, t.index_error, t.index_quarantined_at FROM {self.from_sql} "  # noqa: S608
-                f"WHERE t.index_quarantined_at IS NOT NULL AND ({arms}) ORDER BY t.index_quarantined_at, t.id LIMIT %s",
+                f"WHERE t.index_quarantined_at IS NOT NULL AND ({self.pending_sql()}) ORDER BY t.index_quarantined_at, t.id LIMIT %s",
                 [limit],
             )
             return [

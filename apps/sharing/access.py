@@ -32,6 +32,8 @@ class AccessLevel(StrEnum):
     READER = "reader"
 
 
+LEVELS = [level.value for level in AccessLevel]  # as the API spells them (the schema's choices)
+
 RANK: dict[str, int] = {AccessLevel.READER: 1, AccessLevel.WRITER: 2, AccessLevel.MANAGER: 3, AccessLevel.OWNER: 4}
 
 

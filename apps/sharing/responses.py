@@ -6,7 +6,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from apps.core.serializers import StrictChoiceField
-from apps.sharing.serializers import LEVELS
+from apps.sharing.access import LEVELS
 
 
 class MembershipResponse(serializers.Serializer):

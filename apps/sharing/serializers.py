@@ -11,9 +11,8 @@ from apps.core.serializers import (
     StrictSerializer,
     StrictUUIDField,
 )
-from apps.sharing.access import AccessLevel
+from apps.sharing.access import LEVELS
 
-LEVELS = [level.value for level in AccessLevel]
 TRANSFER_ROLES = ("recipient", "sender", "all")
 
 

@@ -148,7 +148,7 @@ def test_flows_run_on_both_clients_and_exceptions_reach_the_flow() -> None:
 
 
 def test_a_made_async_client_belongs_to_its_event_loop() -> None:
-    clients = Clients(None, None, "http://service", {})
+    clients = Clients(None, None, "http://service")
 
     async def current() -> AsyncClient:
         first = clients.async_
@@ -161,4 +161,4 @@ def test_a_made_async_client_belongs_to_its_event_loop() -> None:
     assert clients.sync is clients.sync
     clients.close()
     with pytest.raises(TypeError):
-        Clients(None, None, None, {})
+        Clients(None, None, None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -59,18 +59,23 @@ class Reader:
 
 
 @pytest.fixture
-def readers() -> Iterator[list[Reader]]:
+def read() -> Iterator[Callable[[EventStream], Reader]]:
+    """``read(stream)``: a :class:`Reader` of the stream, closed after the test."""
     opened: list[Reader] = []
-    yield opened
+
+    def start(stream: EventStream) -> Reader:
+        opened.append(Reader(stream))
+        return opened[-1]
+
+    yield start
     for reader in opened:
         reader.close()
 
 
-def test_events_are_delivered_and_resumable(sdk, readers) -> None:
+def test_events_are_delivered_and_resumable(sdk, read) -> None:
     bob = sdk("bob")
     conversation = bob.create_conversation(title="live")
-    reader = Reader(bob.events(kinds=["entry"]))
-    readers.append(reader)
+    reader = read(bob.events(kinds=["entry"]))
     entry = bob.append_entry(conversation.id, [{"role": "USER", "text": "one"}])
     [event] = reader.entries(1)
     assert (event.event, event.kind, event.data["conversationId"], event.data["entryId"]) == (
@@ -81,14 +86,12 @@ def test_events_are_delivered_and_resumable(sdk, readers) -> None:
 
     # Missed while disconnected: a new stream from the last id replays them first.
     missed = [bob.append_entry(conversation.id, [{"role": "USER", "text": f"m{i}"}]).id for i in range(2)]
-    resumed = Reader(bob.events(kinds=["entry"], last_event_id=event.id))
-    readers.append(resumed)
+    resumed = read(bob.events(kinds=["entry"], last_event_id=event.id))
     assert [e.data["entryId"] for e in resumed.entries(2)] == missed
 
 
-def test_a_stream_past_retention_starts_with_invalidate(sdk, readers) -> None:
-    reader = Reader(sdk("bob").events(last_event_id="1-0"))
-    readers.append(reader)
+def test_a_stream_past_retention_starts_with_invalidate(sdk, read) -> None:
+    reader = read(sdk("bob").events(last_event_id="1-0"))
     first = reader.next()
     assert first is not None and first.is_invalidate and (first.kind, first.id) == ("stream", None)
 
@@ -129,14 +132,13 @@ class DropFirstStream(httpx.BaseTransport):
         self.inner.close()
 
 
-def test_a_dropped_stream_reconnects_with_last_event_id(live_service: LiveService, sdk, readers) -> None:
+def test_a_dropped_stream_reconnects_with_last_event_id(live_service: LiveService, sdk, read) -> None:
     transport = DropFirstStream()
     watcher = Client(live_service.base_url, token=user_token(live_service, "bob"),
                      http_client=httpx.Client(transport=transport, timeout=30))
     bob = sdk("bob")
     conversation = bob.create_conversation(title="flaky")
-    reader = Reader(watcher.events(kinds=["entry"]))
-    readers.append(reader)
+    reader = read(watcher.events(kinds=["entry"]))
     first = bob.append_entry(conversation.id, [{"role": "USER", "text": "first"}])
     [event] = reader.entries(1)
     assert event.data["entryId"] == first.id
@@ -150,14 +152,13 @@ def test_a_dropped_stream_reconnects_with_last_event_id(live_service: LiveServic
     watcher.close()
 
 
-def test_a_stream_evicted_by_the_connection_limit_ends(sdk, readers) -> None:
+def test_a_stream_evicted_by_the_connection_limit_ends(sdk, read) -> None:
     """Opening streams beyond SSE_MAX_CONNECTIONS_PER_USER evicts the oldest: its iterator yields ``evicted``
     (reason ``connection_limit``) and ends instead of reconnecting (which would evict another)."""
     charlie = sdk("charlie")
-    oldest = Reader(charlie.events())
-    readers.append(oldest)
+    oldest = read(charlie.events())
     for _ in range(10):  # the limit (5), plus room for slots an earlier run left in Redis
-        readers.append(Reader(charlie.events()))
+        read(charlie.events())
         try:
             event = oldest.events.get(timeout=0.5)
         except queue.Empty:

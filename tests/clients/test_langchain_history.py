@@ -4,9 +4,8 @@ history entries, other clients' entries read as human/AI messages, and the histo
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
@@ -14,6 +13,7 @@ from memory_service import Client, NotFoundError
 from memory_service.langchain import MemoryServiceChatMessageHistory, conversation_id_for
 
 from tests.clients.conftest import user_token
+from tests.concurrency import run_concurrently
 from tests.live_service import LiveService
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("empty_tables_after_module")]
@@ -93,16 +93,12 @@ def test_32_concurrent_writers_to_one_history(live_service: LiveService) -> None
     """32 histories on one new session append at once: the conversation is created once and no message is lost;
     each writer's two messages stay in its order."""
     session = f"busy {uuid.uuid4()}"
-    barrier = threading.Barrier(32, timeout=60)
 
-    def writer(index: int) -> None:
-        history = make_history(live_service, session)
-        barrier.wait()
-        history.add_messages([HumanMessage(f"q{index}"), AIMessage(f"a{index}")])
-        history.close()
+    def writer(index: int, history: MemoryServiceChatMessageHistory) -> None:
+        with history:
+            history.add_messages([HumanMessage(f"q{index}"), AIMessage(f"a{index}")])
 
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        list(pool.map(writer, range(32)))
+    run_concurrently([partial(writer, index, make_history(live_service, session)) for index in range(32)])
     texts = [message.text for message in make_history(live_service, session).messages]
     assert sorted(texts) == sorted([f"q{i}" for i in range(32)] + [f"a{i}" for i in range(32)])
     assert all(texts.index(f"q{i}") < texts.index(f"a{i}") for i in range(32))

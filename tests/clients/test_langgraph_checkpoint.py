@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Annotated, TypedDict
 
 import pytest
@@ -20,6 +19,7 @@ from memory_service._ids import THREAD_NAMESPACE
 from memory_service.langgraph import MemoryServiceCheckpointSaver, conversation_id_for
 
 from tests.clients.conftest import user_token
+from tests.concurrency import run_concurrently
 from tests.conftest import TEST_API_KEY
 from tests.live_service import LiveService
 
@@ -146,21 +146,18 @@ def test_32_concurrent_writers_on_one_thread_lose_nothing(live_service: LiveServ
     """32 savers (each its own connection) put a checkpoint and its writes on one new thread at once: the first
     appends create the conversation exactly once and every checkpoint and write is there afterwards."""
     thread_id = f"concurrent {uuid.uuid4()}"
-    barrier = threading.Barrier(32, timeout=60)
 
-    def writer(index: int) -> str:
-        with make_saver(live_service) as saver:
+    def writer(index: int, saver: MemoryServiceCheckpointSaver) -> str:
+        with saver:
             checkpoint = empty_checkpoint()
             checkpoint["channel_values"] = {"who": index}
             checkpoint["channel_versions"] = {"who": saver.get_next_version(None, None)}
-            barrier.wait()
             config = saver.put({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}, checkpoint,
                                {"source": "loop", "step": index}, checkpoint["channel_versions"])
             saver.put_writes(config, [("out", index)], f"task-{index}")
             return checkpoint["id"]
 
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        ids = list(pool.map(writer, range(32)))
+    ids = run_concurrently([partial(writer, index, make_saver(live_service)) for index in range(32)])
     with make_saver(live_service) as saver:
         listed = list(saver.list({"configurable": {"thread_id": thread_id}}))
     assert sorted(t.checkpoint["id"] for t in listed) == sorted(ids)

@@ -8,8 +8,20 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
-from memory_service import APIError, NotFoundError, OAuthToken, ServerError, StreamEvent, ValidationError
+from memory_service import (
+    APIError,
+    Entry,
+    Me,
+    Memory,
+    NotFoundError,
+    OAuthToken,
+    SearchResult,
+    ServerError,
+    StreamEvent,
+    ValidationError,
+)
 from memory_service import _operations as ops
+from memory_service._base import ClientConfig, Close, Read, RetryPolicy, Send, Sleep, Token, exchange
 from memory_service._sse import SSEParser, decode
 from memory_service.errors import error_from_response
 
@@ -39,6 +51,22 @@ def test_errors_from_the_d1_body_and_from_anything_else() -> None:
     assert isinstance(error_from_response(404, httpx.Headers(), b""), NotFoundError)
 
 
+def test_answers_are_read_by_their_fields() -> None:
+    """camelCase keys (snake_case for memories), timestamps parsed, nested models built; a field with a default may
+    be absent, one that may be None is None when absent, any other must be there; unknown keys are ignored."""
+    entry = {"id": "e", "conversationId": "c", "userId": "u", "channel": "history", "contentType": "history",
+             "content": [{"role": "USER"}], "createdAt": "2026-01-02T03:04:05Z", "new": "ignored"}
+    hit = SearchResult.from_json({"conversationId": "c", "conversationTitle": "t", "entryId": "e", "score": 0.5,
+                                  "highlights": "**t**", "entry": entry})
+    assert hit.entry.created_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC) and hit.entry.content_type == "history"
+    memory = Memory.from_json({"id": "m", "namespace": ["user", "bob"], "key": "k", "value": {}, "attributes": None,
+                               "created_at": "2026-01-02T03:04:05+00:00"})
+    assert (memory.namespace, memory.expires_at) == (("user", "bob"), None)
+    assert Me.from_json({"userId": "bob"}) == Me("bob", None, (), False, False, False)
+    with pytest.raises(KeyError):
+        Entry.from_json({"id": "e"})
+
+
 def test_requests_are_encoded_as_the_schema_says() -> None:
     call = ops.list_memory_events(namespace=("user", "bob"), kinds=["add", "update"],
                                   after=datetime(2026, 1, 2, tzinfo=UTC), limit=5)
@@ -56,6 +84,42 @@ def test_requests_are_encoded_as_the_schema_says() -> None:
     with pytest.raises(ValueError):
         ops.download_signed("/v1/attachments/123")
     assert ops.upload_attachment(b"x", expires_in=90).params == [("expiresIn", "90")]
+
+
+def test_an_exchange_is_the_steps_both_clients_perform() -> None:
+    """The retry and refresh decisions, without I/O: a 503 is read, closed, waited out (Retry-After) and sent
+    again; a 401 invalidates a callable token and asks it again, once."""
+    asked: list[str] = []
+
+    class Source:
+        def __call__(self) -> str:
+            return "unused"
+
+        def invalidate(self) -> None:
+            asked.append("invalidate")
+
+    config = ClientConfig("http://service.test", Source(), None, RetryPolicy(max_retries=1), None)
+    steps = exchange(config, ops.get_memory(["a"], "k"))
+    assert next(steps) == Token()
+    send = steps.send("t1")
+    assert isinstance(send, Send) and send.request["headers"]["Authorization"] == "Bearer t1"
+    unavailable = httpx.Response(503, headers={"Retry-After": "0"})
+    assert steps.send(unavailable) == Read(unavailable)
+    assert steps.send(b"{}") == Close(unavailable)
+    assert steps.send(None) == Sleep(0.0)
+    assert steps.send(None) == Token()
+    steps.send("t1")
+    refused = httpx.Response(401)
+    assert steps.send(refused) == Read(refused)
+    steps.send(b"")
+    assert steps.send(None) == Token() and asked == ["invalidate"]
+    steps.send("t2")
+    ok = httpx.Response(200, json={})
+    assert steps.send(ok) == Read(ok)
+    assert steps.send(b"{}") == Close(ok)
+    with pytest.raises(StopIteration) as done:
+        steps.send(None)
+    assert done.value.value is ok
 
 
 def test_client_credentials_request_shape_and_caching() -> None:

@@ -19,11 +19,10 @@ import pytest
 import requests
 from django.db import connection
 
-from tests.concurrency import run_concurrently  # noqa: F401  # compat: remove once all branches have merged
-
 CONVERSATIONS = "/v1/conversations"
 TRANSFERS = "/v1/ownership-transfers"
 ADMIN = "/v1/admin/conversations"
+SEARCH = f"{CONVERSATIONS}/search"
 
 ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 LIST_FIELDS = {"id", "title", "ownerUserId", "createdAt", "updatedAt", "accessLevel"}
@@ -32,6 +31,7 @@ ENTRY_FIELDS = {"id", "conversationId", "userId", "channel", "contentType", "con
 MEMBERSHIP_FIELDS = {"conversationId", "userId", "accessLevel", "createdAt"}
 TRANSFER_FIELDS = {"id", "conversationId", "fromUserId", "toUserId", "createdAt"}
 FORK_FIELDS = {"conversationId", "title", "forkedAtConversationId", "forkedAtEntryId", "createdAt"}
+RESULT_FIELDS = {"conversationId", "conversationTitle", "entryId", "score", "highlights", "entry"}
 
 # The actors of the access matrix: four members of one conversation, a stranger, the two privileged roles (members
 # of nothing) and an anonymous caller. Names are distinct from the dev users so no test depends on dev-IdP data.
@@ -136,6 +136,19 @@ def all_pages(client, path: str, *, key: Callable[[dict], Any] = lambda item: it
             return items
         assert body["data"], "a non-final page must not be empty"
     raise AssertionError("pagination did not end")
+
+
+def search(client, query: str, path: str = SEARCH, **extra: Any) -> dict:
+    """A search (``path``: the member or the admin search) that answers 200 with results of the documented
+    shape."""
+    response = client.post(path, {"query": query, **extra}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert set(body) == {"data", "afterCursor"}
+    for item in body["data"]:
+        assert set(item) == RESULT_FIELDS
+        assert 0.0 <= item["score"] <= 1.0
+    return body
 
 
 def ids(items: Sequence[dict], key: str = "id") -> list[str]:

@@ -18,6 +18,7 @@ from tests.conversations.support import (
     conv_path,
     count,
     new_id,
+    search,
     snapshot,
     sql,
 )
@@ -48,12 +49,6 @@ def _context(client, cid: str, **extra):
     return client.post(conv_path(cid, "entries"), body, format="json")
 
 
-def _search(client, path: str, search_type: str) -> dict:
-    response = client.post(path, {"query": SECRET, "searchType": search_type}, format="json")
-    assert response.status_code == 200, response.content
-    return response.json()
-
-
 @pytest.mark.parametrize("search_type", ["fulltext", "semantic", "auto"])
 @pytest.mark.parametrize("who", ["member", "same client member", "writer", "admin"])
 def test_no_search_returns_a_context_entry(tree, who: str, search_type: str) -> None:
@@ -69,7 +64,7 @@ def test_no_search_returns_a_context_entry(tree, who: str, search_type: str) -> 
         "writer": (clients["bob"], f"{CONVERSATIONS}/search"),
         "admin": (clients["auditor"], f"{ADMIN}/search"),
     }[who]
-    body = _search(client, path, search_type)
+    body = search(client, SECRET, path, searchType=search_type)
     assert all(item["entry"]["channel"] == "history" for item in body["data"]), body
     assert "zanzibar" not in str(body) and "marmalade" not in str(body)
 

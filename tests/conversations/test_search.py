@@ -12,35 +12,22 @@ from apps.conversations import indexer
 from tests.conversations.support import (
     ADMIN,
     CONVERSATIONS,
+    SEARCH,
     add_member,
     append_ok,
     assert_validation_error,
     conv_path,
     count,
     new_id,
+    search,
     sql,
     url,
 )
 
 pytestmark = pytest.mark.django_db
 
-SEARCH = f"{CONVERSATIONS}/search"
 UNINDEXED = f"{CONVERSATIONS}/unindexed"
 INDEX = f"{CONVERSATIONS}/index"
-RESULT_FIELDS = {"conversationId", "conversationTitle", "entryId", "score", "highlights", "entry"}
-
-
-def search(client, query: str, path: str = SEARCH, **extra):
-    response = client.post(path, {"query": query, **extra}, format="json")
-    assert response.status_code == 200, response.content
-    body = response.json()
-    assert set(body) == {"data", "afterCursor"}
-    for item in body["data"]:
-        assert set(item) == RESULT_FIELDS
-        assert 0.0 <= item["score"] <= 1.0
-    return body
-
-
 def conversation_ids(body) -> list[str]:
     return [item["conversationId"] for item in body["data"]]
 

@@ -8,9 +8,9 @@ import re
 import threading
 import time
 from collections import Counter
+from functools import partial
 
 import pytest
-from django.db import connections
 
 from apps.conversations import indexer, tasks
 from apps.core import leases
@@ -89,25 +89,7 @@ def test_32_concurrent_indexer_workers_never_embed_an_entry_twice(client_for, mo
         return original(texts)
 
     monkeypatch.setattr(provider, "embed_documents", recording)
-    start = threading.Barrier(CLIENTS)
-    failures: list[BaseException] = []
-    reports: list[indexer.CycleReport] = []
-
-    def worker() -> None:
-        try:
-            start.wait()
-            reports.append(indexer.run_cycle(batch_size=5))
-        except BaseException as exc:  # surfaced below
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker) for _ in range(CLIENTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not failures, failures
+    reports = run_concurrently([partial(indexer.run_cycle, batch_size=5)] * CLIENTS)
     assert sum(report.indexed for report in reports) == 160
     assert len(embedded) == 160 and max(embedded.values()) == 1
     assert count("conversation_entries", "conversation_id = %s AND (embedding_pending OR indexed_content IS NULL)",

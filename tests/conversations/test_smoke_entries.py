@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import datetime
+from functools import partial
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
+from tests.concurrency import run_concurrently
 from tests.conftest import TEST_API_KEY
 
 CONVERSATIONS = "/v1/conversations"
@@ -146,23 +147,6 @@ def test_content_encrypted_at_rest(client_for):
 WRITERS = 32
 
 
-def _run_threads(target, count: int) -> None:
-    barrier = threading.Barrier(count)
-
-    def run(index: int) -> None:
-        try:
-            barrier.wait()
-            target(index)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
 @pytest.mark.django_db(transaction=True)
 def test_32_concurrent_appends_keep_every_entry_in_commit_order(client_for):
     bob = client_for("bob")
@@ -177,9 +161,9 @@ def test_32_concurrent_appends_keep_every_entry_in_commit_order(client_for):
             returned.append((datetime.fromisoformat(response.json()["createdAt"]), response.json()["id"]))
 
     # The first append of every writer races to create the conversation: exactly one wins, nobody fails.
-    _run_threads(write, WRITERS)
+    run_concurrently([partial(write, index) for index in range(WRITERS)])
     assert statuses == [201] * WRITERS
-    _run_threads(write, WRITERS)
+    run_concurrently([partial(write, index) for index in range(WRITERS)])
     assert statuses == [201] * (2 * WRITERS)
 
     with connection.cursor() as cursor:
@@ -216,7 +200,7 @@ def test_32_concurrent_fork_creations_of_one_id_make_one_fork(client_for):
         body = {**entry(f"f{index}"), "forkedAtConversationId": parent, "forkedAtEntryId": point}
         statuses.append(append(client_for("bob"), fork, body).status_code)
 
-    _run_threads(write, WRITERS)
+    run_concurrently([partial(write, index) for index in range(WRITERS)])
     assert statuses == [201] * WRITERS
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM conversations WHERE id = %s", [fork])

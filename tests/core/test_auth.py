@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -29,6 +30,7 @@ from apps.core.auth import api_keys, tokens
 from apps.core.auth.dev_idp import keys as dev_keys
 from apps.core.auth.principal import Principal
 from apps.core.models import ApiKey
+from tests.concurrency import run_concurrently
 from tests.conftest import TEST_API_CLIENT, TEST_API_KEY, service_env
 from tests.local_http import LocalHTTPServer
 
@@ -725,19 +727,8 @@ def test_concurrent_unknown_kid_fetches_once(idp, clock):
     idp.rotate(alg="ES256", keep_old=True)
     clock.now += 31
     token = idp.mint()
-    results: list[str] = []
-    barrier = threading.Barrier(16)
-
-    def verify() -> None:
-        barrier.wait()
-        results.append(tokens.verify_token(token).user_id)
-
-    threads = [threading.Thread(target=verify) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert results == ["dora"] * 16
+    principals = run_concurrently([partial(tokens.verify_token, token)] * 16)
+    assert [principal.user_id for principal in principals] == ["dora"] * 16
     assert idp.jwks_hits == 2
 
 

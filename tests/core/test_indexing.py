@@ -12,11 +12,11 @@ import os
 import threading
 import time
 from collections import Counter
+from functools import partial
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
 from prometheus_client import REGISTRY
 
 from apps.conversations import indexer as conversation_indexer
@@ -26,7 +26,8 @@ from apps.core.embeddings import EmbeddingError, get_provider
 from apps.memories import indexer as memory_indexer
 from apps.memories import tasks as memory_tasks
 from apps.memories.models import IndexStatus, Memory
-from tests.conversations.support import append_ok, new_id, sql
+from tests.concurrency import run_concurrently
+from tests.conversations.support import append_ok, new_id, search, sql
 
 pytestmark = pytest.mark.django_db
 
@@ -80,10 +81,7 @@ def memory_keys(client, query: str) -> set[str]:
 
 
 def entry_ids(client, query: str, search_type: str = "semantic") -> set[str]:
-    response = client.post("/v1/conversations/search", {"query": query, "searchType": search_type, "limit": 50},
-                           format="json")  # fmt: skip
-    assert response.status_code == 200, response.content
-    return {item["entryId"] for item in response.json()["data"]}
+    return {item["entryId"] for item in search(client, query, searchType=search_type, limit=50)["data"]}
 
 
 def entry_state(entry_id: str) -> tuple:
@@ -291,25 +289,7 @@ def test_32_concurrent_cycles_embed_each_entry_once_and_take_each_poison_row_onc
     undecryptable = append_ok(bob, cid, "breakwater sealed")["id"]
     sql("UPDATE conversation_entries SET content = %s WHERE id = %s", [b"\x00garbage", undecryptable])
 
-    start = threading.Barrier(32)
-    failures: list[BaseException] = []
-    reports: list[conversation_indexer.CycleReport] = []
-
-    def worker() -> None:
-        try:
-            start.wait()
-            reports.append(conversation_indexer.run_cycle(batch_size=5))
-        except BaseException as exc:  # surfaced below
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker) for _ in range(32)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not failures, failures
+    reports = run_concurrently([partial(conversation_indexer.run_cycle, batch_size=5)] * 32)
     assert not overlaps  # "breakwater sealed" and the rest: never two workers on one entry at once
     assert sum(report.indexed for report in reports) == 60
     embedded.pop(indexing.PROBE_TEXT)  # the worker that met the poison row made sure the provider works

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import threading
+from functools import partial
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from apps.core import vectors
+from tests.concurrency import run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,29 +25,12 @@ def test_32_sessions_creating_the_same_index_at_once_all_succeed_and_one_index_e
     # Each thread has its own database session, as concurrent `manage.py migrate` runs (a rolling deploy) do, so
     # only what PostgreSQL serialises keeps them apart. Five rounds: without
     # the lock, one round of 32 collided about two times in three.
-    failures: list[BaseException] = []
-
-    def create(start: threading.Barrier) -> None:
-        try:
-            start.wait()
-            vectors.create_hnsw_index("memory_vectors", INDEX, 7)
-        except BaseException as error:  # every failure is the test's finding
-            failures.append(error)
-        finally:
-            connections.close_all()
-
     try:
         for _ in range(5):
             with connection.cursor() as cursor:
                 cursor.execute(f"DROP INDEX IF EXISTS {INDEX}")
-            start = threading.Barrier(32)
-            threads = [threading.Thread(target=create, args=(start,)) for _ in range(32)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=60)
-            assert not any(thread.is_alive() for thread in threads), "a session is still waiting"
-            assert failures == []
+            # Any failure is re-raised; a session still waiting after 60 s is a TimeoutError.
+            run_concurrently([partial(vectors.create_hnsw_index, "memory_vectors", INDEX, 7)] * 32, timeout=60)
             assert _indexes_named(INDEX) == 1
     finally:
         with connection.cursor() as cursor:

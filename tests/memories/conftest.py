@@ -161,6 +161,12 @@ def charlie(client_for):
 
 
 @pytest.fixture
+def bob_http(live_service, mint_token) -> tuple[str, dict[str, str]]:
+    """(base url, headers) for bob against the live service (tests/live_service.py)."""
+    return live_service.base_url, {"Authorization": f"Bearer {mint_token('bob')}"}
+
+
+@pytest.fixture
 def policy_dir(settings, tmp_path: Path) -> Callable[..., Path]:
     """``policy_dir(authz=..., attributes=..., filter=...)`` writes the given Rego files (others fall back to the
     built-ins) and points SERVICE_POLICY_DIR at them; the engine is rebuilt because its config key changes."""

@@ -32,12 +32,6 @@ ADDRESS = {"ns": NAMESPACE, "key": KEY}
 
 
 @pytest.fixture
-def bob_http(live_service, mint_token):
-    """(base url, headers) for bob against the live server."""
-    return live_service.base_url, {"Authorization": f"Bearer {mint_token('bob')}"}
-
-
-@pytest.fixture
 def sessions() -> Iterator[list[requests.Session]]:
     """One HTTP client (its own connection) per racer."""
     made = [requests.Session() for _ in range(CLIENTS)]

@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections import defaultdict
 from datetime import timedelta
+from functools import partial
 
 import pytest
 import requests
@@ -22,11 +23,6 @@ from tests.concurrency import run_concurrently
 WRITERS = 32
 WRITES_PER_WRITER = 6
 NS = ["user", "bob", "t"]
-
-
-@pytest.fixture
-def bob_http(live_http, mint_token):
-    return live_http.url, {"Authorization": f"Bearer {mint_token('bob')}"}
 
 
 def _page(bob_http, cursor: str | None, limit: int = 7) -> dict:
@@ -72,22 +68,25 @@ def test_polling_reader_sees_every_event_once_under_concurrent_writers(bob_http)
         except BaseException as error:  # reported by the main thread
             failures.append(error)
 
-    def write(index: int, session: requests.Session) -> list[int]:
+    def write(index: int) -> list[int]:
         statuses = []
-        for round_ in range(WRITES_PER_WRITER):
-            # Own keys (adds and updates) and one key every writer contends for.
-            key = "shared" if round_ % 3 == 0 else f"w{index}-k{round_ % 2}"
-            body = {"namespace": NS, "key": key, "value": {"writer": index, "round": round_}}
-            statuses.append(session.put(f"{base}/v1/memories", json=body, headers=headers, timeout=60).status_code)
-            if round_ % 4 == 3:
-                params = {"ns": NS, "key": key}
-                statuses.append(session.delete(f"{base}/v1/memories", params=params, headers=headers, timeout=60).status_code)
+        with requests.Session() as session:  # one client, one connection
+            for round_ in range(WRITES_PER_WRITER):
+                # Own keys (adds and updates) and one key every writer contends for.
+                key = "shared" if round_ % 3 == 0 else f"w{index}-k{round_ % 2}"
+                body = {"namespace": NS, "key": key, "value": {"writer": index, "round": round_}}
+                statuses.append(session.put(f"{base}/v1/memories", json=body, headers=headers, timeout=60).status_code)
+                if round_ % 4 == 3:
+                    params = {"ns": NS, "key": key}
+                    response = session.delete(f"{base}/v1/memories", params=params, headers=headers, timeout=60)
+                    statuses.append(response.status_code)
         return statuses
 
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        statuses = [status for client in run_concurrently(WRITERS, write) for status in client]
+        statuses = [status for client in run_concurrently([partial(write, index) for index in range(WRITERS)])
+                    for status in client]
     finally:
         writers_done.set()
         reader.join(timeout=120)

@@ -13,15 +13,16 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
-from django.db import connections
 
 from apps.core import leases
 from apps.memories import indexer
 from apps.memories.models import IndexStatus, Memory
 from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
+from tests.concurrency import run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,25 +61,7 @@ def test_32_concurrent_workers_never_embed_a_version_twice(client_for, monkeypat
         return original(texts)
 
     monkeypatch.setattr(provider, "embed_documents", recording)
-    start = threading.Barrier(32)
-    errors: list[BaseException] = []
-    reports: list[indexer.CycleReport] = []
-
-    def worker() -> None:
-        try:
-            start.wait()
-            reports.append(indexer.run_cycle(batch_size=5))
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker) for _ in range(32)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors, errors
+    reports = run_concurrently([partial(indexer.run_cycle, batch_size=5)] * 32)
     assert sum(report.indexed for report in reports) == 160
     assert len(embedded) == 160 and max(embedded.values()) == 1  # every version embedded exactly once
     assert not Memory.objects.exclude(index_status=IndexStatus.INDEXED).exists()

@@ -3,11 +3,13 @@ where one is expected, invariants hold (the implementer's smoke tests; convtests
 
 from __future__ import annotations
 
-import threading
 import uuid
+from functools import partial
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
+
+from tests.concurrency import run_concurrently
 
 CONVERSATIONS = "/v1/conversations"
 TRANSFERS = "/v1/ownership-transfers"
@@ -17,23 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def race(action) -> list:
-    """Run ``action(index)`` in CLIENTS threads released together; their results, in completion order."""
-    barrier = threading.Barrier(CLIENTS)
-    results: list = []
-
-    def run(index: int) -> None:
-        try:
-            barrier.wait()
-            results.append(action(index))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(CLIENTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
+    """``action(index)`` by CLIENTS concurrent clients; their results."""
+    return run_concurrently([partial(action, index) for index in range(CLIENTS)])
 
 
 def count(sql: str, *params) -> int:

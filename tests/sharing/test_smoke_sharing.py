@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
-from django.db import connections
+
+from tests.concurrency import run_concurrently
 
 CONVERSATIONS = "/v1/conversations"
 TRANSFERS = "/v1/ownership-transfers"
@@ -132,21 +132,8 @@ def test_concurrent_accepts_exactly_one_wins(client_for):
     cid = new_conversation(bob)
     grant(bob, cid, "charlie", "reader")
     transfer = bob.post(TRANSFERS, {"conversationId": cid, "newOwnerUserId": "charlie"}, format="json").json()
-    statuses: list[int] = []
-    barrier = threading.Barrier(32)
-
-    def accept() -> None:
-        try:
-            client = client_for("charlie")
-            barrier.wait()
-            statuses.append(client.post(f"{TRANSFERS}/{transfer['id']}/accept").status_code)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=accept) for _ in range(32)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    accept = f"{TRANSFERS}/{transfer['id']}/accept"
+    charlies = [client_for("charlie") for _ in range(32)]
+    statuses = run_concurrently([lambda client=client: client.post(accept).status_code for client in charlies])
     assert sorted(statuses) == [204] + [404] * 31
     assert members(bob, cid) == {"bob": "manager", "charlie": "owner"}

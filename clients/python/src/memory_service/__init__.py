@@ -5,7 +5,8 @@
 >>> client.put_memory(("user", "bob", "prefs"), "coffee", {"likes": "flat white"})
 
 :class:`Client` and :class:`AsyncClient` have the same methods (one per operation of the service's OpenAPI schema,
-plus ``iter_*`` twins that follow cursors). Errors are :class:`MemoryServiceError` subclasses.
+plus ``iter_*`` methods that follow cursors), declared once in :mod:`memory_service._methods`. Errors are
+:class:`MemoryServiceError` subclasses.
 """
 
 __version__ = "0.1.0"

@@ -1,23 +1,26 @@
-"""What the synchronous and asynchronous clients share: a request described as data (:class:`Call`), the retry
-policy, and the client configuration that turns a call into an ``httpx`` request. The clients only differ in how
-they send it (blocking or awaited)."""
+"""What the synchronous and asynchronous clients share, written without I/O: a request described as data
+(:class:`Call`), the retry policy, the client configuration that turns a call into an ``httpx`` request, and
+:func:`exchange`, the whole exchange of one call (retries, the 401 refresh, errors) as a generator of the
+:data:`Step` s it needs done. The clients only differ in how they do a step (blocking or awaited): :func:`drive`
+and :func:`adrive` run such a generator with the one or the other."""
 
 from __future__ import annotations
 
 import email.utils
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import httpx
 
 from memory_service import __version__
-from memory_service.auth import TokenSource
-from memory_service.errors import APIConnectionError, APITimeoutError
+from memory_service.auth import TokenSource, invalidate
+from memory_service.errors import APIConnectionError, APITimeoutError, error_from_response
 
 T = TypeVar("T")
+Y = TypeVar("Y")
 
 DEFAULT_BASE_URL = "http://localhost:8080"
 DEFAULT_TIMEOUT = 30.0
@@ -149,3 +152,152 @@ class ClientConfig:
         if timeout is not None:
             kwargs["timeout"] = timeout
         return kwargs
+
+
+# --- One exchange, without I/O ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """Ask the token source for the bearer token (it may fetch one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Build the request from ``request`` (``ClientConfig.request_kwargs``) and send it; the answer is the
+    response, its body still unread."""
+
+    request: dict[str, Any]
+    follow_redirects: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Read the response's body; the answer is the bytes."""
+
+    response: httpx.Response
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    response: httpx.Response
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+Step = Token | Send | Read | Close | Sleep
+
+
+def exchange(
+    config: ClientConfig, call: Call[Any], *, stream: bool = False, timeout: httpx.Timeout | None = None,
+) -> Generator[Step, Any, httpx.Response]:
+    """The answer to ``call`` after retries, or the error it ends in. ``stream``: the body is left unread (the
+    caller closes the response)."""
+    policy = config.retry
+    attempt = 0
+    refreshed = False
+    while True:
+        token = (yield Token()) if call.authenticated else None
+        try:
+            response: httpx.Response = yield Send(config.request_kwargs(call, token, timeout), call.follow_redirects)
+        except httpx.TransportError as exc:
+            if not policy.retry_exception(call, exc, attempt):
+                raise connection_error(exc) from exc
+            yield Sleep(policy.delay(attempt))
+            attempt += 1
+            continue
+        status = response.status_code
+        if status < 300 or status in call.accept:
+            if stream:
+                return response
+            failure: httpx.TransportError | None = None
+            try:
+                yield Read(response)
+            except httpx.TransportError as exc:
+                failure = exc
+            yield Close(response)
+            if failure is None:
+                return response
+            if not policy.retry_exception(call, failure, attempt):
+                raise connection_error(failure) from failure
+            yield Sleep(policy.delay(attempt))
+            attempt += 1
+            continue
+        try:
+            body: bytes = yield Read(response)
+        except httpx.TransportError:
+            body = b""
+        yield Close(response)
+        if status == 401 and call.authenticated and not refreshed and invalidate(config.token):
+            refreshed = True
+            continue
+        if policy.retry_status(call, status, attempt):
+            yield Sleep(policy.delay(attempt, retry_after_seconds(response.headers)))
+            attempt += 1
+            continue
+        raise error_from_response(status, response.headers, body)
+
+
+def drive(steps: Generator[Y, Any, T], perform: Callable[[Y], Any]) -> T:
+    """Run a generator of steps to its return value: ``perform`` each step it yields and send it the answer, or
+    throw in the exception doing it raised (the generator decides whether that ends it)."""
+    answer: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = steps.send(answer) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            answer, error = perform(step), None
+        except Exception as exc:
+            answer, error = None, exc
+
+
+async def adrive(steps: Generator[Y, Any, T], perform: Callable[[Y], Awaitable[Any]]) -> T:
+    """:func:`drive`, with a ``perform`` that is awaited."""
+    answer: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = steps.send(answer) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            answer, error = await perform(step), None
+        except Exception as exc:
+            answer, error = None, exc
+
+
+class DownloadInfo:
+    """What a streamed download (or a 304 when ``if_none_match`` matched) says about its file; the clients'
+    downloads add the reading."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+
+    @property
+    def not_modified(self) -> bool:
+        return self._response.status_code == 304
+
+    @property
+    def content_type(self) -> str | None:
+        value: str | None = self._response.headers.get("content-type")
+        return value
+
+    @property
+    def etag(self) -> str | None:
+        value: str | None = self._response.headers.get("etag")
+        return value
+
+    @property
+    def size(self) -> int | None:
+        length = self._response.headers.get("content-length")
+        return int(length) if length and length.isdigit() else None
+
+    @property
+    def headers(self) -> httpx.Headers:
+        return self._response.headers

@@ -4,19 +4,22 @@ The LangGraph and LangChain adapters need every operation twice (``get`` and ``a
 and most operations are several calls with logic between them (paging until a page is full, reading a thread's
 entries page by page). A *flow* is a generator that yields the :class:`~memory_service._base.Call` it needs next and
 receives its answer (or has the call's exception thrown into it); :func:`run` drives it with a :class:`Client`,
-:func:`arun` with an :class:`AsyncClient`. The logic lives in the flow, the I/O in the two drivers.
+:func:`arun` with an :class:`AsyncClient`. The logic lives in the flow, the I/O in the two drivers (the clients send
+each call the same way: :func:`memory_service._base.exchange`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Generator
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator
+from typing import Any, Self, TypeVar
 
-from memory_service._base import Call
+from memory_service._base import Call, adrive, drive
 from memory_service.async_client import AsyncClient
+from memory_service.auth import TokenSource
 from memory_service.client import Client
+from memory_service.models import Page
 
 T = TypeVar("T")
 
@@ -24,33 +27,26 @@ Flow = Generator[Call[Any], Any, T]
 
 
 def run(client: Client, flow: Flow[T]) -> T:
-    """Drive ``flow`` with the blocking client; its return value is the answer."""
-    try:
-        call = next(flow)
-        while True:
-            try:
-                answer = client._run(call)
-            except Exception as exc:  # the flow decides: it may catch (a 404 is "absent") or let it propagate
-                call = flow.throw(exc)
-            else:
-                call = flow.send(answer)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+    """Drive ``flow`` with the blocking client; its return value is the answer. A call's exception is thrown into
+    the flow, which decides: it may catch it (a 404 is "absent") or let it propagate."""
+    return drive(flow, client._run)
 
 
 async def arun(client: AsyncClient, flow: Flow[T]) -> T:
     """Drive ``flow`` with the awaited client."""
-    try:
-        call = next(flow)
-        while True:
-            try:
-                answer = await client._run(call)
-            except Exception as exc:
-                call = flow.throw(exc)
-            else:
-                call = flow.send(answer)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+    return await adrive(flow, client._run)
+
+
+def every_page(make_call: Callable[[str | None], Call[Page[T]]]) -> Flow[list[T]]:
+    """Every item of a list, following its cursors (``make_call(cursor)``: one page's call)."""
+    items: list[T] = []
+    cursor = None
+    while True:
+        page: Page[T] = yield make_call(cursor)
+        items.extend(page.data)
+        if page.after_cursor is None or not page.data:
+            return items
+        cursor = page.after_cursor
 
 
 class Clients:
@@ -63,14 +59,17 @@ class Clients:
         client: Client | None,
         async_client: AsyncClient | None,
         base_url: str | None,
-        client_kwargs: dict[str, Any],
+        *,
+        token: TokenSource | None = None,
+        api_key: str | None = None,
+        **client_kwargs: Any,
     ) -> None:
         if client is None and async_client is None and base_url is None:
             raise TypeError("give a client, an async_client, or a base_url (with token= / api_key=)")
         self._client = client
         self._async_client = async_client
         self._base_url = base_url or (client.base_url if client else async_client.base_url)  # type: ignore[union-attr]
-        self._kwargs = client_kwargs
+        self._kwargs = {**client_kwargs, "token": token, "api_key": api_key}
         self._made_sync = False
         self._made_async: tuple[object, AsyncClient] | None = None  # (its event loop, the client)
         self._lock = threading.Lock()
@@ -103,3 +102,29 @@ class Clients:
         if self._made_async is not None and self._made_async[0] is asyncio.get_running_loop():
             made, self._made_async = self._made_async[1], None
             await made.aclose()
+
+
+class UsesClients:
+    """What the adapters share: their :class:`Clients` (``_clients``), closed by ``close()`` / ``aclose()`` (a
+    client they were given stays open), also as a context manager, plain or async."""
+
+    _clients: Clients
+
+    def close(self) -> None:
+        self._clients.close()
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+        self.close()

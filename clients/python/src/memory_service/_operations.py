@@ -1,6 +1,8 @@
 """Every operation of the service as a :class:`~memory_service._base.Call`: its request (path, query, body) and
-how its answer is read. The clients' methods of the same names send these; :data:`OPERATIONS` maps each
-``(method, path)`` of the OpenAPI schema to its client method (a test compares it with the live ``/openapi.json``).
+how its answer is read. Each function here is the signature and the documentation of the client method of the same
+name (:mod:`memory_service._methods` binds them to :class:`Client` and :class:`AsyncClient`), and a step the
+adapters' flows yield. :data:`OPERATIONS` maps each ``(method, path)`` of the OpenAPI schema to its client method (a
+test compares it with the live ``/openapi.json``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import io
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -49,6 +52,8 @@ from memory_service.models import (
 M = TypeVar("M")
 Id = str | uuid.UUID
 FileInput = bytes | bytearray | memoryview | str | os.PathLike[str] | IO[bytes]
+
+MEMORY_SEARCH_MAX_OFFSET = 10_000  # the service's largest ``offset`` of a memory search
 
 # (HTTP method, OpenAPI path) -> the Client / AsyncClient method that performs it.
 OPERATIONS: dict[tuple[str, str], str] = {
@@ -168,6 +173,7 @@ def _memory_address(namespace: Sequence[str], key: str) -> list[tuple[str, str]]
 
 
 def me() -> Call[Me]:
+    """Who the service takes the caller to be (user id, API-key client, roles)."""
     return Call("GET", "/v1/me", _model(Me.from_json), idempotent=True)
 
 
@@ -177,6 +183,7 @@ def healthz() -> Call[Health]:
 
 
 def readyz() -> Call[Health]:
+    """Readiness; ``ok`` is False (``http_status`` 503) with the failing parts in ``checks``."""
     # A 503 is the answer "not ready" (with the failing parts), not an error to retry.
     return Call("GET", "/readyz", lambda r: Health.from_json(r.json(), r.status_code), authenticated=False,
                 accept=frozenset({503}))
@@ -189,17 +196,21 @@ def put_memory(
     namespace: Sequence[str], key: str, value: Mapping[str, Any], *, index: Mapping[str, str] | None = None,
     ttl_seconds: int | None = None,
 ) -> Call[MemoryWriteResult]:
+    """Add or replace the memory at ``(namespace, key)``. ``index``: fields to embed for semantic search (none: not
+    searchable by meaning); ``ttl_seconds``: expiry (0 or None: never)."""
     body = _body(namespace=_namespace(namespace), key=key, value=dict(value),
                  index=None if index is None else dict(index), ttl_seconds=ttl_seconds)
     return Call("PUT", "/v1/memories", _model(MemoryWriteResult.from_json), json=body, idempotent=True)
 
 
 def get_memory(namespace: Sequence[str], key: str) -> Call[Memory]:
+    """The active memory; :class:`~memory_service.NotFoundError` when there is none (deleted, expired)."""
     return Call("GET", "/v1/memories", _model(Memory.from_json), params=_memory_address(namespace, key),
                 idempotent=True)
 
 
 def delete_memory(namespace: Sequence[str], key: str) -> Call[None]:
+    """Delete the memory (succeeds whether or not it existed)."""
     return Call("DELETE", "/v1/memories", _none, params=_memory_address(namespace, key), idempotent=True)
 
 
@@ -207,6 +218,8 @@ def search_memories(
     namespace_prefix: Sequence[str], *, query: str | None = None, filter: Filter | None = None,
     limit: int | None = None, offset: int | None = None,
 ) -> Call[list[MemorySearchItem]]:
+    """Memories under ``namespace_prefix``: ranked by meaning when ``query`` is given (only indexed memories), else
+    filtered by attributes. ``filter`` applies to attributes (values are encrypted)."""
     body = _body(namespace_prefix=_namespace(namespace_prefix, "namespace_prefix"), query=query,
                  filter=None if filter is None else dict(filter), limit=limit, offset=offset)
     return Call("POST", "/v1/memories/search",
@@ -214,9 +227,29 @@ def search_memories(
                 idempotent=True)
 
 
+def search_memory_pages(
+    namespace_prefix: Sequence[str], *, query: str | None = None, filter: Filter | None = None,
+    page_size: int = 100, after_cursor: str | None = None,
+) -> Call[Page[MemorySearchItem]]:
+    """:func:`search_memories` as pages, for ``iter_search_memories``: every result of a search, ``page_size`` at a
+    time. Memory search pages by ``offset`` (up to the service's maximum of 10000); ``after_cursor`` is the offset
+    to start at."""
+    offset = int(after_cursor or 0)
+
+    def parse(response: httpx.Response) -> Page[MemorySearchItem]:
+        items = [MemorySearchItem.from_json(item) for item in response.json()["items"]]
+        following = offset + len(items)
+        more = len(items) == page_size and following <= MEMORY_SEARCH_MAX_OFFSET
+        return Page(items, str(following) if more else None)
+
+    search = search_memories(namespace_prefix, query=query, filter=filter, limit=page_size, offset=offset)
+    return Call(search.method, search.path, parse, json=search.json, idempotent=search.idempotent)
+
+
 def list_namespaces(
     *, prefix: Sequence[str] | None = None, suffix: Sequence[str] | None = None, max_depth: int | None = None,
 ) -> Call[list[Namespace]]:
+    """Namespaces holding at least one active memory the caller may see, sorted."""
     params = _query(prefix=None if prefix is None else _namespace(prefix, "prefix"),
                     suffix=None if suffix is None else _namespace(suffix, "suffix"), max_depth=max_depth)
     return Call("GET", "/v1/memories/namespaces", lambda r: [tuple(ns) for ns in r.json()["namespaces"]],
@@ -228,6 +261,8 @@ def list_memory_events(
     after: datetime | str | None = None, before: datetime | str | None = None, limit: int | None = None,
     after_cursor: str | None = None,
 ) -> Call[Page[MemoryEvent]]:
+    """One page of the memory event timeline (oldest first). To follow the timeline, poll with the last page's
+    ``after_cursor``: it stays valid when nothing is new."""
     params = _query(ns=None if namespace is None else _namespace(namespace),
                     kinds=None if kinds is None else ",".join(kinds), after=after, before=before,
                     after_cursor=after_cursor, limit=limit)
@@ -246,6 +281,7 @@ def list_conversations(
     *, mode: ListMode | None = None, query: str | None = None, limit: int | None = None,
     after_cursor: str | None = None,
 ) -> Call[Page[Conversation]]:
+    """Conversations the caller is a member of, newest first (``mode`` default ``latest-fork``)."""
     params = _query(mode=mode, query=query, limit=limit, afterCursor=after_cursor)
     return Call("GET", "/v1/conversations", _page(Conversation.from_json), params=params, idempotent=True)
 
@@ -253,6 +289,7 @@ def list_conversations(
 def create_conversation(
     *, id: Id | None = None, title: str | None = None, metadata: Mapping[str, Any] | None = None,
 ) -> Call[Conversation]:
+    """A new conversation owned by the caller (``id``: choose it; an existing one is a ConflictError)."""
     body = _body(id=None if id is None else str(id), title=title, metadata=None if metadata is None else dict(metadata))
     return Call("POST", "/v1/conversations", _model(Conversation.from_json), json=body)
 
@@ -264,17 +301,20 @@ def get_conversation(conversation_id: Id) -> Call[Conversation]:
 def update_conversation(
     conversation_id: Id, *, title: str | None = None, metadata: Mapping[str, Any] | None = None,
 ) -> Call[Conversation]:
+    """Change the title and/or metadata (writer or above); what is None stays."""
     body = _body(title=title, metadata=None if metadata is None else dict(metadata))
     return Call("PATCH", _conversation_path(conversation_id), _model(Conversation.from_json), json=body)
 
 
 def delete_conversation(conversation_id: Id) -> Call[None]:
+    """Delete the conversation with its forks, entries and memberships (owner only)."""
     return Call("DELETE", _conversation_path(conversation_id), _none, idempotent=True)
 
 
 def list_entries(
     conversation_id: Id, *, channel: Channel | None = None, limit: int | None = None, after_cursor: str | None = None,
 ) -> Call[Page[Entry]]:
+    """Entries oldest first (a fork includes its parent's entries before the fork point)."""
     params = _query(channel=channel, limit=limit, afterCursor=after_cursor)
     return Call("GET", _conversation_path(conversation_id, "entries"), _page(Entry.from_json), params=params,
                 idempotent=True)
@@ -285,6 +325,9 @@ def append_entry(
     content_type: str | None = None, indexed_content: str | None = None,
     forked_at_conversation_id: Id | None = None, forked_at_entry_id: Id | None = None,
 ) -> Call[Entry]:
+    """Append an entry; an unknown ``conversation_id`` creates the conversation (or, with the fork point, a fork).
+    History items need ``role`` (``USER``/``AI``); every other field is kept as sent. ``context`` entries need an
+    API key and are visible to that key's client only."""
     if isinstance(content, Mapping):
         raise TypeError("content is a list of items, e.g. [{'role': 'USER', 'text': 'hi'}]")
     body = _body(
@@ -297,6 +340,7 @@ def append_entry(
 
 
 def list_forks(conversation_id: Id, *, limit: int | None = None, after_cursor: str | None = None) -> Call[Page[Fork]]:
+    """The whole fork tree, the root included, oldest first."""
     params = _query(limit=limit, afterCursor=after_cursor)
     return Call("GET", _conversation_path(conversation_id, "forks"), _page(Fork.from_json), params=params,
                 idempotent=True)
@@ -305,16 +349,19 @@ def list_forks(conversation_id: Id, *, limit: int | None = None, after_cursor: s
 def search_conversations(
     query: str, *, search_type: SearchType | None = None, limit: int | None = None, after_cursor: str | None = None,
 ) -> Call[Page[SearchResult]]:
+    """The best entry of each readable conversation matching ``query`` (``auto``, ``fulltext`` or ``semantic``)."""
     body = _body(query=query, searchType=search_type, limit=limit, afterCursor=after_cursor)
     return Call("POST", "/v1/conversations/search", _page(SearchResult.from_json), json=body, idempotent=True)
 
 
 def index_entries(items: Iterable[IndexItem]) -> Call[int]:
+    """Replace entries' search index text (indexer role); answers how many entries were indexed."""
     body = [dict(item) for item in items]
     return Call("POST", "/v1/conversations/index", lambda r: int(r.json()["indexed"]), json=body, idempotent=True)
 
 
 def list_unindexed(*, limit: int | None = None, after_cursor: str | None = None) -> Call[Page[UnindexedEntry]]:
+    """History entries without index text yet (indexer role)."""
     params = _query(limit=limit, afterCursor=after_cursor)
     return Call("GET", "/v1/conversations/unindexed", _page(UnindexedEntry.from_json), params=params,
                 idempotent=True)
@@ -332,6 +379,7 @@ def list_memberships(
 
 
 def add_membership(conversation_id: Id, user_id: str, access_level: AccessLevel) -> Call[Membership]:
+    """Share the conversation's fork tree with ``user_id`` (a member already: ConflictError)."""
     return Call("POST", _conversation_path(conversation_id, "memberships"), _model(Membership.from_json),
                 json={"userId": user_id, "accessLevel": access_level})
 
@@ -353,11 +401,13 @@ def _transfer_path(transfer_id: Id, *rest: str) -> str:
 def list_transfers(
     *, role: TransferRole | None = None, limit: int | None = None, after_cursor: str | None = None,
 ) -> Call[Page[OwnershipTransfer]]:
+    """Pending transfers the caller sent or received (``role``), oldest first."""
     params = _query(role=role, limit=limit, afterCursor=after_cursor)
     return Call("GET", "/v1/ownership-transfers", _page(OwnershipTransfer.from_json), params=params, idempotent=True)
 
 
 def create_transfer(conversation_id: Id, new_owner_user_id: str) -> Call[OwnershipTransfer]:
+    """Offer ownership to a member (owner only)."""
     body = {"conversationId": str(conversation_id), "newOwnerUserId": new_owner_user_id}
     return Call("POST", "/v1/ownership-transfers", _model(OwnershipTransfer.from_json), json=body)
 
@@ -367,10 +417,12 @@ def get_transfer(transfer_id: Id) -> Call[OwnershipTransfer]:
 
 
 def delete_transfer(transfer_id: Id) -> Call[None]:
+    """Decline (recipient) or cancel (sender) a pending transfer."""
     return Call("DELETE", _transfer_path(transfer_id), _none, idempotent=True)
 
 
 def accept_transfer(transfer_id: Id) -> Call[None]:
+    """Become the owner (recipient only); the previous owner becomes a manager."""
     return Call("POST", _transfer_path(transfer_id, "accept"), _none)
 
 
@@ -428,6 +480,9 @@ def upload_attachment(
     file: FileInput, *, filename: str | None = None, content_type: str | None = None,
     expires_in: int | timedelta | str | None = None,
 ) -> Call[Attachment]:
+    """Upload a file: bytes, a path, or a binary file object (streamed, never read whole into memory).
+    ``expires_in``: seconds, a timedelta or an ISO-8601 duration; an entry referencing the attachment keeps it for
+    good."""
     parts, cleanup = _file_parts(file, filename, content_type)
     return Call("POST", "/v1/attachments", _model(Attachment.from_json), params=_query(expiresIn=_expires_in(expires_in)),
                 files=parts, cleanup=cleanup)
@@ -438,8 +493,11 @@ def _attachment_path(attachment_id: Id, *rest: str) -> str:
 
 
 def download_attachment(attachment_id: Id, *, if_none_match: str | None = None) -> Call[None]:
-    """Streamed by the clients (``parse`` is unused). A 302 to an object store is followed (httpx drops the
-    Authorization header when the redirect leaves the service's origin)."""
+    """The file, streamed: use it as a context manager (``async with await`` on :class:`AsyncClient`) and read it
+    with ``iter_bytes()``, ``read()`` or ``save(path)``. With ``if_none_match`` (an ETag you hold),
+    ``not_modified`` may be True instead."""
+    # A 302 to an object store is followed (httpx drops the Authorization header when the redirect leaves the
+    # service's origin). The clients stream the answer: ``parse`` is unused.
     headers = {"Accept": "*/*"}
     if if_none_match:
         headers["If-None-Match"] = if_none_match
@@ -448,7 +506,8 @@ def download_attachment(attachment_id: Id, *, if_none_match: str | None = None) 
 
 
 def download_signed(url: str, *, if_none_match: str | None = None) -> Call[None]:
-    """``url``: a :class:`DownloadUrl`'s ``url`` (a path on the service) or an absolute URL. No credentials."""
+    """Download through a signed link (``attachment_download_url``), sending no credentials. ``url``: a
+    :class:`DownloadUrl`'s ``url`` (a path on the service) or an absolute URL."""
     path = urlsplit(url).path if url.startswith(("http://", "https://")) else url
     if not path.startswith("/v1/attachments/download/"):
         raise ValueError("not a signed download URL of the service (/v1/attachments/download/<token>/<filename>)")
@@ -460,6 +519,7 @@ def download_signed(url: str, *, if_none_match: str | None = None) -> Call[None]
 
 
 def attachment_download_url(attachment_id: Id) -> Call[DownloadUrl]:
+    """A time-limited link that downloads the file without credentials."""
     return Call("GET", _attachment_path(attachment_id, "download-url"), _model(DownloadUrl.from_json),
                 idempotent=True)
 
@@ -524,7 +584,8 @@ def admin_list_attachments(
 
 
 def admin_download_attachment(attachment_id: Id, *, if_none_match: str | None = None) -> Call[None]:
-    """Any attachment, for auditors and admins (the user download gives them no bypass); audit-logged."""
+    """Any attachment's file, streamed as ``download_attachment`` (auditor or admin role: the user download gives
+    them no bypass; audit-logged)."""
     headers = {"Accept": "*/*"}
     if if_none_match:
         headers["If-None-Match"] = if_none_match
@@ -535,7 +596,36 @@ def admin_download_attachment(attachment_id: Id, *, if_none_match: str | None = 
 # --- Live events ------------------------------------------------------------------------------------------------
 
 
-def events(*, kinds: Iterable[str] | None = None, last_event_id: str | None = None) -> Call[None]:
+@dataclass(frozen=True, slots=True)
+class EventsOptions:
+    kinds: list[str] | None
+    last_event_id: str | None
+    reconnect: bool
+    read_timeout: float
+    max_reconnect_attempts: int | None
+
+
+def events(
+    *, kinds: Iterable[str] | None = None, last_event_id: str | None = None, reconnect: bool = True,
+    read_timeout: float = 60.0, max_reconnect_attempts: int | None = None,
+) -> EventsOptions:
+    """The live event stream (server-sent events), iterated as :class:`StreamEvent` s. :class:`Client` connects it
+    before returning (a 401 or 400 is raised there); :class:`AsyncClient` on ``async with`` (or the first step of
+    ``async for``).
+
+    When the connection drops, or the server ends the stream, it reconnects with ``Last-Event-ID`` so nothing
+    retained is missed; an ``invalidate`` event says events were lost (refetch). An ``evicted`` event is yielded
+    too: after ``connection_limit`` (this user opened too many streams) the iteration ends; after ``slow_consumer``
+    or ``token_expired`` it reconnects (the token callable is asked again). ``max_reconnect_attempts`` bounds
+    consecutive failed reconnects (None: keep trying). Close it (``with`` / ``async with``) to stop;
+    ``last_event_id`` is where a new stream would resume.
+    """
+    return EventsOptions(None if kinds is None else list(kinds), last_event_id, reconnect, read_timeout,
+                         max_reconnect_attempts)
+
+
+def event_stream(*, kinds: Iterable[str] | None = None, last_event_id: str | None = None) -> Call[None]:
+    """The request of one connection of an event stream (streamed by the clients: ``parse`` is unused)."""
     headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
     if last_event_id:
         headers["Last-Event-ID"] = last_event_id

@@ -17,20 +17,19 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from memory_service import _operations as ops
-from memory_service._flow import Clients, Flow, arun, run
+from memory_service._flow import Clients, Flow, UsesClients, arun, every_page, run
 from memory_service._ids import conversation_id_for
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
 from memory_service.client import Client
 from memory_service.errors import NotFoundError
-from memory_service.models import Entry, Page
 
 # The contentType of the entries this history writes (D10: "history/<flavour>"); it reads every history entry.
 CONTENT_TYPE = "history/langchain"
 ENTRIES_PAGE = 200
 
 
-class MemoryServiceChatMessageHistory(BaseChatMessageHistory):
+class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
     """A LangChain ``BaseChatMessageHistory`` kept in a Memory Service conversation's history.
 
     >>> history = MemoryServiceChatMessageHistory("chat-42", "http://localhost:8080", token=...)
@@ -65,12 +64,8 @@ class MemoryServiceChatMessageHistory(BaseChatMessageHistory):
         async_client: AsyncClient | None = None,
         **client_kwargs: Any,
     ) -> None:
-        if token is not None:
-            client_kwargs["token"] = token
-        if api_key is not None:
-            client_kwargs["api_key"] = api_key
         super().__init__()
-        self._clients = Clients(client, async_client, base_url, client_kwargs)
+        self._clients = Clients(client, async_client, base_url, token=token, api_key=api_key, **client_kwargs)
         self.session_id = session_id
         self.conversation_id = conversation_id_for(session_id)
 
@@ -95,30 +90,16 @@ class MemoryServiceChatMessageHistory(BaseChatMessageHistory):
     async def aclear(self) -> None:
         await arun(self._clients.async_, self._clear())
 
-    def close(self) -> None:
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
-
     # --- Flows ----------------------------------------------------------------------------------------------------
 
     def _read(self) -> Flow[list[BaseMessage]]:
-        found: list[BaseMessage] = []
-        cursor = None
         try:
-            while True:
-                page: Page[Entry] = yield ops.list_entries(
-                    self.conversation_id, channel="history", limit=ENTRIES_PAGE, after_cursor=cursor
-                )
-                for entry in page.data:
-                    found.extend(_message(item) for item in entry.content)
-                if page.after_cursor is None or not page.data:
-                    break
-                cursor = page.after_cursor
+            entries = yield from every_page(lambda cursor: ops.list_entries(
+                self.conversation_id, channel="history", limit=ENTRIES_PAGE, after_cursor=cursor
+            ))
         except NotFoundError:
             return []
-        return found
+        return [_message(item) for entry in entries for item in entry.content]
 
     def _append(self, messages: Sequence[BaseMessage]) -> Flow[None]:
         runs: list[list[dict[str, Any]]] = []

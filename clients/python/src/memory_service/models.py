@@ -2,17 +2,21 @@
 
 Responses are frozen dataclasses with snake_case attributes (the wire uses camelCase for conversations and
 snake_case for memories); timestamps are timezone-aware :class:`datetime.datetime`, ids are strings. Each class
-has ``from_json`` to build it from the service's JSON, and ignores fields it does not know, so a newer service
-does not break an older client. Content items of entries and memory values stay plain JSON (dicts): they are the
+has ``from_json`` to build it from the service's JSON (:class:`Model`: read by its fields, names and types), and
+ignores fields it does not know, so a newer service does not break an older client. Content items of entries and memory values stay plain JSON (dicts): they are the
 caller's own data, returned as sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Literal, Required, TypedDict, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Required, Self, TypedDict, TypeVar
 
 T = TypeVar("T")
 
@@ -25,16 +29,60 @@ MemoryEventKind = Literal["add", "update", "delete", "expired"]
 Namespace = tuple[str, ...]
 
 
-def _time(value: str) -> datetime:
-    return datetime.fromisoformat(value)
+class Model:
+    """A shape of the service's answers. ``from_json`` reads each field from the key of its name (camelCase, or
+    as is when ``_snake_case``), by its type: timestamps parsed, tuples and nested models built. A field that has a
+    default may be absent (or null); one that may be None is None when absent; any other must be there."""
+
+    __slots__ = ()
+    _snake_case: ClassVar[bool] = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        values: dict[str, Any] = {}
+        for name, key, convert, need in _reading(cls):
+            value = data.get(key)
+            if value is not None:
+                values[name] = convert(value)
+            elif need == "required":
+                values[name] = data[key]
+            elif need == "nullable":
+                values[name] = None
+        return cls(**values)
 
 
-def _optional_time(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
+_Need = Literal["required", "nullable", "defaulted"]
+_Reading = list[tuple[str, str, Callable[[Any], Any], _Need]]
+_readings: dict[type[Model], _Reading] = {}
 
 
-def _optional_str(value: Any) -> str | None:
-    return None if value is None else str(value)
+def _reading(cls: type[Model]) -> _Reading:
+    """For each field of ``cls``: its name, its key on the wire, how its value is read and whether it must be
+    there (worked out once per class)."""
+    if cls in _readings:
+        return _readings[cls]
+    hints = typing.get_type_hints(cls)
+    reading: _Reading = []
+    for spec in dataclasses.fields(cls):  # type: ignore[arg-type]
+        hint = hints[spec.name]
+        types_ = set(typing.get_args(hint)) if isinstance(hint, types.UnionType) else {hint}
+        defaulted = spec.default is not dataclasses.MISSING or spec.default_factory is not dataclasses.MISSING
+        need: _Need = "defaulted" if defaulted else "nullable" if type(None) in types_ else "required"
+        key = spec.name if cls._snake_case else re.sub(r"_([a-z])", lambda m: m[1].upper(), spec.name)
+        reading.append((spec.name, key, _converter(types_ - {type(None)}), need))
+    _readings[cls] = reading
+    return reading
+
+
+def _converter(types_: set[Any]) -> Callable[[Any], Any]:
+    [hint] = types_ if len(types_) == 1 else [Any]
+    if hint is datetime:
+        return datetime.fromisoformat
+    if typing.get_origin(hint) is tuple:
+        return tuple
+    if isinstance(hint, type) and issubclass(hint, Model):
+        return hint.from_json
+    return lambda value: value
 
 
 # --- Requests ---------------------------------------------------------------------------------------------------
@@ -87,24 +135,13 @@ class Page(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
-class Me:
+class Me(Model):
     user_id: str
     client_id: str | None
-    roles: tuple[str, ...]
-    is_admin: bool
-    is_auditor: bool
-    is_indexer: bool
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Me:
-        return cls(
-            user_id=data["userId"],
-            client_id=data.get("clientId"),
-            roles=tuple(data.get("roles") or ()),
-            is_admin=bool(data.get("isAdmin")),
-            is_auditor=bool(data.get("isAuditor")),
-            is_indexer=bool(data.get("isIndexer")),
-        )
+    roles: tuple[str, ...] = ()
+    is_admin: bool = False
+    is_auditor: bool = False
+    is_indexer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +165,10 @@ class Health:
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryWriteResult:
+class MemoryWriteResult(Model):
     """What ``put_memory`` answers: the new version, without its value."""
+
+    _snake_case = True
 
     id: str
     namespace: Namespace
@@ -138,21 +177,12 @@ class MemoryWriteResult:
     created_at: datetime
     expires_at: datetime | None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> MemoryWriteResult:
-        return cls(
-            id=data["id"],
-            namespace=tuple(data["namespace"]),
-            key=data["key"],
-            attributes=data.get("attributes"),
-            created_at=_time(data["created_at"]),
-            expires_at=_optional_time(data.get("expires_at")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class Memory:
+class Memory(Model):
     """An active memory (``get_memory``). ``created_at`` is the time of this version (every write is a version)."""
+
+    _snake_case = True
 
     id: str
     namespace: Namespace
@@ -162,23 +192,13 @@ class Memory:
     created_at: datetime
     expires_at: datetime | None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Memory:
-        return cls(
-            id=data["id"],
-            namespace=tuple(data["namespace"]),
-            key=data["key"],
-            value=data["value"],
-            attributes=data.get("attributes"),
-            created_at=_time(data["created_at"]),
-            expires_at=_optional_time(data.get("expires_at")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class MemorySearchItem:
+class MemorySearchItem(Model):
     """A search result: ``score`` is the cosine similarity in [0, 1] for a semantic query, None for an attribute
     search."""
+
+    _snake_case = True
 
     id: str
     namespace: Namespace
@@ -188,22 +208,12 @@ class MemorySearchItem:
     score: float | None
     created_at: datetime
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> MemorySearchItem:
-        return cls(
-            id=data["id"],
-            namespace=tuple(data["namespace"]),
-            key=data["key"],
-            value=data["value"],
-            attributes=data.get("attributes"),
-            score=data.get("score"),
-            created_at=_time(data["created_at"]),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class MemoryEvent:
+class MemoryEvent(Model):
     """A memory timeline event; ``value`` and ``attributes`` are None for ``delete`` and ``expired``."""
+
+    _snake_case = True
 
     id: str
     namespace: Namespace
@@ -213,24 +223,12 @@ class MemoryEvent:
     value: dict[str, Any] | None
     attributes: dict[str, Any] | None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> MemoryEvent:
-        return cls(
-            id=data["id"],
-            namespace=tuple(data["namespace"]),
-            key=data["key"],
-            kind=data["kind"],
-            occurred_at=_time(data["occurred_at"]),
-            value=data.get("value"),
-            attributes=data.get("attributes"),
-        )
-
 
 # --- Conversations ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Conversation:
+class Conversation(Model):
     """A conversation. Listings (``list_conversations``) leave ``metadata`` and the fork fields None: fetch the
     conversation for them."""
 
@@ -244,23 +242,9 @@ class Conversation:
     forked_at_conversation_id: str | None = None
     forked_at_entry_id: str | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Conversation:
-        return cls(
-            id=data["id"],
-            title=data["title"],
-            owner_user_id=data["ownerUserId"],
-            created_at=_time(data["createdAt"]),
-            updated_at=_time(data["updatedAt"]),
-            access_level=data["accessLevel"],
-            metadata=data.get("metadata"),
-            forked_at_conversation_id=data.get("forkedAtConversationId"),
-            forked_at_entry_id=data.get("forkedAtEntryId"),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class AdminConversation:
+class AdminConversation(Model):
     """A conversation as the admin endpoints show it (no caller level; ``deleted_at`` for deleted ones)."""
 
     id: str
@@ -268,28 +252,14 @@ class AdminConversation:
     owner_user_id: str
     created_at: datetime
     updated_at: datetime
-    metadata: dict[str, Any]
-    forked_at_conversation_id: str | None
-    forked_at_entry_id: str | None
-    deleted_at: datetime | None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AdminConversation:
-        return cls(
-            id=data["id"],
-            title=data["title"],
-            owner_user_id=data["ownerUserId"],
-            created_at=_time(data["createdAt"]),
-            updated_at=_time(data["updatedAt"]),
-            metadata=dict(data.get("metadata") or {}),
-            forked_at_conversation_id=data.get("forkedAtConversationId"),
-            forked_at_entry_id=data.get("forkedAtEntryId"),
-            deleted_at=_optional_time(data.get("deletedAt")),
-        )
+    metadata: dict[str, Any] = field(default_factory=dict)
+    forked_at_conversation_id: str | None = None
+    forked_at_entry_id: str | None = None
+    deleted_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(Model):
     """An entry. ``content`` is the list of items exactly as they were appended."""
 
     id: str
@@ -300,21 +270,9 @@ class Entry:
     content: list[dict[str, Any]]
     created_at: datetime
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Entry:
-        return cls(
-            id=data["id"],
-            conversation_id=data["conversationId"],
-            user_id=data["userId"],
-            channel=data["channel"],
-            content_type=data["contentType"],
-            content=data["content"],
-            created_at=_time(data["createdAt"]),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class Fork:
+class Fork(Model):
     """A member of a fork tree (the root has no fork point)."""
 
     conversation_id: str
@@ -323,55 +281,26 @@ class Fork:
     forked_at_entry_id: str | None
     created_at: datetime
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Fork:
-        return cls(
-            conversation_id=data["conversationId"],
-            title=data["title"],
-            forked_at_conversation_id=data.get("forkedAtConversationId"),
-            forked_at_entry_id=data.get("forkedAtEntryId"),
-            created_at=_time(data["createdAt"]),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class Membership:
+class Membership(Model):
     conversation_id: str
     user_id: str
     access_level: AccessLevel
     created_at: datetime
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Membership:
-        return cls(
-            conversation_id=data["conversationId"],
-            user_id=data["userId"],
-            access_level=data["accessLevel"],
-            created_at=_time(data["createdAt"]),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class OwnershipTransfer:
+class OwnershipTransfer(Model):
     id: str
     conversation_id: str
     from_user_id: str
     to_user_id: str
     created_at: datetime
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> OwnershipTransfer:
-        return cls(
-            id=data["id"],
-            conversation_id=data["conversationId"],
-            from_user_id=data["fromUserId"],
-            to_user_id=data["toUserId"],
-            created_at=_time(data["createdAt"]),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class SearchResult:
+class SearchResult(Model):
     """A conversation search hit: the conversation's best entry, ``score`` in [0, 1] (higher is better),
     ``highlights`` with matched terms in ``**``."""
 
@@ -382,33 +311,18 @@ class SearchResult:
     highlights: str
     entry: Entry
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SearchResult:
-        return cls(
-            conversation_id=data["conversationId"],
-            conversation_title=data["conversationTitle"],
-            entry_id=data["entryId"],
-            score=data["score"],
-            highlights=data["highlights"],
-            entry=Entry.from_json(data["entry"]),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class UnindexedEntry:
+class UnindexedEntry(Model):
     conversation_id: str
     entry: Entry
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> UnindexedEntry:
-        return cls(conversation_id=data["conversationId"], entry=Entry.from_json(data["entry"]))
 
 
 # --- Attachments ------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Attachment:
+class Attachment(Model):
     """An uploaded file. ``user_id`` and ``created_at`` are set in admin listings only."""
 
     id: str
@@ -422,33 +336,14 @@ class Attachment:
     user_id: str | None = None
     created_at: datetime | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Attachment:
-        return cls(
-            id=data["id"],
-            href=data["href"],
-            content_type=data["contentType"],
-            filename=data["filename"],
-            size=data["size"],
-            sha256=data["sha256"],
-            expires_at=_optional_time(data.get("expiresAt")),
-            status=data["status"],
-            user_id=_optional_str(data.get("userId")),
-            created_at=_optional_time(data.get("createdAt")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class DownloadUrl:
+class DownloadUrl(Model):
     """A signed download link: ``url`` is a path on the service (``/v1/attachments/download/<token>/<name>``)
     that needs no credentials until ``expires_in`` seconds have passed."""
 
     url: str
     expires_in: int
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> DownloadUrl:
-        return cls(url=data["url"], expires_in=data["expiresIn"])
 
 
 # --- Live events ------------------------------------------------------------------------------------------------

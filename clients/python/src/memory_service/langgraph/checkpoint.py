@@ -33,13 +33,13 @@ except ImportError:  # an older langgraph-checkpoint without it: the same order,
 
 
 from memory_service import _operations as ops
-from memory_service._flow import Clients, Flow, arun, run
+from memory_service._flow import Clients, Flow, UsesClients, arun, every_page, run
 from memory_service._ids import conversation_id_for
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
 from memory_service.client import Client
 from memory_service.errors import NotFoundError
-from memory_service.models import Conversation, Entry, Page
+from memory_service.models import Entry
 
 # The contentType of the saver's context entries: other context entries of the same client are left alone.
 CONTENT_TYPE = "langgraph-checkpoint"
@@ -54,7 +54,7 @@ ThreadIds = list[str]
 Entries = list[Entry]
 
 
-class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
+class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
     """A LangGraph checkpointer (sync and async) that keeps each thread in a Memory Service conversation.
 
     >>> saver = MemoryServiceCheckpointSaver("http://localhost:8080", token=..., api_key=...)
@@ -96,41 +96,16 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
         **client_kwargs: Any,
     ) -> None:
         super().__init__(serde=serde)
-        if token is not None:
-            client_kwargs["token"] = token
-        if api_key is not None:
-            client_kwargs["api_key"] = api_key
         given = [c for c in (client, async_client) if c is not None]
         if not (api_key or any(c._config.api_key for c in given)):
             raise ValueError(
                 "the checkpointer writes context entries, which belong to an API-key client: give api_key= "
                 "(or clients made with one)"
             )
-        self._clients = Clients(client, async_client, base_url, client_kwargs)
+        self._clients = Clients(client, async_client, base_url, token=token, api_key=api_key, **client_kwargs)
         if max_entry_bytes < 4096:
             raise ValueError("max_entry_bytes must be at least 4096")
         self._max_entry_bytes = max_entry_bytes
-
-    # --- Life cycle -----------------------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
-
-    def __enter__(self) -> MemoryServiceCheckpointSaver:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> MemoryServiceCheckpointSaver:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-        self.close()
 
     # --- Sync -----------------------------------------------------------------------------------------------------
 
@@ -331,15 +306,10 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _all_thread_ids(self) -> Flow[ThreadIds]:
         """Every conversation the caller can see that holds this client's checkpoints (for ``list(None)``)."""
-        cursor = None
-        conversation_ids: list[str] = []
-        while True:
-            page: Page[Conversation] = yield ops.list_conversations(mode="all", limit=200, after_cursor=cursor)
-            conversation_ids.extend(conversation.id for conversation in page.data)
-            if page.after_cursor is None or not page.data:
-                break
-            cursor = page.after_cursor
-        return conversation_ids
+        conversations = yield from every_page(
+            lambda cursor: ops.list_conversations(mode="all", limit=200, after_cursor=cursor)
+        )
+        return [conversation.id for conversation in conversations]
 
     def _thread_ids(self, config: RunnableConfig | None, drive: Any) -> ThreadIds:
         if config is not None:
@@ -352,20 +322,13 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str]):
     def _entries(self, thread_id: str) -> Flow[Entries | None]:
         """Every context entry of the thread's conversation, oldest first, every page; None: no such thread."""
         conversation_id = conversation_id_for(thread_id)
-        entries: list[Entry] = []
-        cursor = None
         try:
-            while True:
-                page: Page[Entry] = yield ops.list_entries(
-                    conversation_id, channel="context", limit=ENTRIES_PAGE, after_cursor=cursor
-                )
-                entries.extend(entry for entry in page.data if entry.content_type == CONTENT_TYPE)
-                if page.after_cursor is None or not page.data:
-                    break
-                cursor = page.after_cursor
+            entries = yield from every_page(lambda cursor: ops.list_entries(
+                conversation_id, channel="context", limit=ENTRIES_PAGE, after_cursor=cursor
+            ))
         except NotFoundError:
             return None
-        return entries
+        return [entry for entry in entries if entry.content_type == CONTENT_TYPE]
 
     def _read(self, thread_id: str) -> Flow[_Log | None]:
         entries = yield from self._entries(thread_id)

@@ -26,10 +26,10 @@ from langgraph.store.base import (
 )
 
 from memory_service import _operations as ops
-from memory_service._flow import Clients, Flow, arun, run
+from memory_service._flow import Clients, Flow, UsesClients, arun, run
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
-from memory_service.client import MEMORY_SEARCH_MAX_OFFSET, Client
+from memory_service.client import Client
 from memory_service.errors import NotFoundError
 from memory_service.langgraph import _filters
 from memory_service.models import Memory, MemorySearchItem, Namespace
@@ -48,7 +48,7 @@ class StoreIndexConfig(TypedDict, total=False):
     embed: Any
 
 
-class MemoryServiceStore(BaseStore):
+class MemoryServiceStore(BaseStore, UsesClients):
     """A LangGraph ``BaseStore`` whose items are Memory Service memories, with sync and async methods.
 
     >>> store = MemoryServiceStore("http://localhost:8080", token=OAuthToken.dev_idp("http://localhost:8080", "bob"))
@@ -102,11 +102,7 @@ class MemoryServiceStore(BaseStore):
         max_concurrency: int = 16,
         **client_kwargs: Any,
     ) -> None:
-        if token is not None:
-            client_kwargs["token"] = token
-        if api_key is not None:
-            client_kwargs["api_key"] = api_key
-        self._clients = Clients(client, async_client, base_url, client_kwargs)
+        self._clients = Clients(client, async_client, base_url, token=token, api_key=api_key, **client_kwargs)
         if index is False:
             self._fields: list[tuple[str, Any]] | None = None
         else:
@@ -127,23 +123,7 @@ class MemoryServiceStore(BaseStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
-
-    def __enter__(self) -> MemoryServiceStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> MemoryServiceStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-        self.close()
+        super().close()
 
     # --- BaseStore ------------------------------------------------------------------------------------------------
 
@@ -244,7 +224,7 @@ class MemoryServiceStore(BaseStore):
         filtering = bool(op.filter)
         skip = max(op.offset, 0) if filtering else 0
         offset = 0 if filtering else max(op.offset, 0)
-        while offset <= MEMORY_SEARCH_MAX_OFFSET:
+        while offset <= ops.MEMORY_SEARCH_MAX_OFFSET:
             page_size = SEARCH_PAGE if filtering else min(SEARCH_PAGE, wanted - len(found))
             page: list[MemorySearchItem] = yield ops.search_memories(
                 op.namespace_prefix, query=query, limit=page_size, offset=offset
