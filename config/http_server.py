@@ -30,6 +30,8 @@ from uvicorn_worker import UvicornWorker
 
 # httptools' URL parser refuses anything longer (http_parser_url keeps offsets in 16 bits).
 MAX_URL_BYTES = 65_535
+# How long a refused connection keeps draining what its client still sends after our answer (_close_lingering).
+LINGER_SECONDS = 2.0
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
 
@@ -130,7 +132,27 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             cycle.message_event.set()
         if answer and not self.transport.is_closing():
             self.transport.write(_error_response(status, code, message, self._supplied_request_id()))
-        self.transport.close()
+            self._close_lingering()
+        else:
+            self.transport.close()
+
+    def _close_lingering(self) -> None:
+        """Send our side's FIN after the answer, then go on reading (and dropping) what the client still sends for
+        a moment before closing. Closing at once with the client's unread bytes in the socket makes the kernel reset
+        the connection, and a reset can discard the answer before the client reads it: a client still sending its
+        body (the one a 408 or 413 is for) would see "connection reset" instead of the JSON error."""
+        transport = self.transport
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.loop.call_later(LINGER_SECONDS, transport.close)
+
+    def eof_received(self) -> bool | None:
+        if self._refused:
+            self.transport.close()  # the client has read our answer and closed its side: nothing is left to drain
+            return None
+        return super().eof_received()
 
     def _supplied_request_id(self) -> str:
         if self.scope is not None:

@@ -164,3 +164,23 @@ def test_a_request_that_is_not_http_is_a_json_400(edge_service, garbage):
     with connect(edge_service, timeout=10) as sock:
         sock.sendall(garbage)
         assert_d1(*read_response(sock), 400, "validation_error")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_client_still_sending_after_its_408_reads_the_answer_not_a_reset(edge_service):
+    """A client that keeps uploading after the body deadline (it has not read the 408 yet) must still find the 408:
+    a server that closes at once answers those late bytes with a reset, and the reset throws away the 408 waiting,
+    unread, in the client's socket."""
+    import select
+
+    sock = connect(edge_service, timeout=BODY_TIMEOUT + 5)
+    with sock:
+        sock.sendall(slow_request())
+        readable, _, _ = select.select([sock], [], [], BODY_TIMEOUT + 5)  # the 408 has arrived, unread
+        assert readable
+        for _ in range(5):  # the upload goes on, as a client that is busy sending reads nothing yet
+            sock.sendall(b"x" * 1024)
+            time.sleep(0.05)
+        time.sleep(0.2)  # long enough for a reset to come back
+
+        assert_d1(*read_response(sock), 408, "request_timeout")
