@@ -25,8 +25,12 @@ endif
 run: $(VENV)/.installed
 	$(BIN)/python manage.py up --port $(PORT)
 
+# Two pytest-xdist workers, a test file each at a time (module fixtures stay in one process): much of the suite waits
+# on servers and workers it starts, so two processes fill two cores. TEST_WORKERS=0 runs in this process alone.
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.installed-dev
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -35,9 +39,14 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# --no-compile: pip would byte-compile every module of every package (torch and transformers hold thousands), more
+# than half of a fresh install's time (135 s against 59 s on a 2-core machine); Python compiles the modules a process
+# does import on first use, once, and caches them.
+PIP_INSTALL := $(BIN)/pip install --quiet --no-compile
+
 $(VENV)/.installed: $(VENV)/bin/python requirements/base.txt requirements/embeddings.txt requirements/torch.txt
-	$(BIN)/pip install --quiet --no-deps $(TORCH_PIP_OPTIONS) -r requirements/torch.txt
-	$(BIN)/pip install --quiet -r requirements/base.txt
+	$(PIP_INSTALL) --no-deps $(TORCH_PIP_OPTIONS) -r requirements/torch.txt
+	$(PIP_INSTALL) -r requirements/base.txt
 	touch $@
 
 # The pip options the torch step uses (tests/core/test_install.py resolves the requirements with them).
@@ -45,7 +54,7 @@ torch-pip-options:
 	@echo $(TORCH_PIP_OPTIONS)
 
 $(VENV)/.installed-dev: $(VENV)/.installed requirements/dev.txt requirements/clients.txt clients/python/pyproject.toml
-	$(BIN)/pip install --quiet -r requirements/dev.txt
+	$(PIP_INSTALL) -r requirements/dev.txt
 	touch $@
 
 lint: $(VENV)/.installed-dev
