@@ -19,9 +19,13 @@ from tests.conftest import service_env
 
 
 def broker_url() -> str:
-    # A database of the test Valkey of its own, so the workers here see no other test's (or run's) tasks.
+    """A database of the test Valkey of its own (8-15), so the workers here see no other test's (or run's) tasks.
+    Under pytest-xdist each test worker draws from its own share of those databases."""
     base, _, _db = settings.CELERY_BROKER_URL.rpartition("/")
-    return f"{base}/{random.randint(8, 15)}"
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    share = max(1, 8 // workers)
+    return f"{base}/{8 + (worker * share) % 8 + random.randrange(share)}"
 
 
 def start_worker(
@@ -46,6 +50,7 @@ def start_worker(
         "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
         "DATABASE_URL": make_conninfo(**{k: str(v) for k, v in params.items() if v}),
         "REDIS_URL": broker,
+        "SSE_REDIS_PREFIX": settings.SSE_REDIS_PREFIX,
         "DATA_DIR": str(tmp_path / name),
         "SECRET_KEY": settings.SECRET_KEY,
         "MEMORY_ENCRYPTION_KEYS": settings.MEMORY_ENCRYPTION_KEYS,

@@ -30,6 +30,27 @@ _token_cache: dict[tuple[Any, ...], tuple[str, int]] = {}
 database.install()
 
 
+def pytest_configure(config) -> None:
+    """Schemathesis's pytest plugin, for tests/fuzz (pyproject.toml turns its auto-load off: as an entry-point plugin
+    its modules were all assertion-rewritten in every run). Registered at start-up, in every process of a run (each
+    pytest-xdist worker too), before collection reaches that directory."""
+    from schemathesis.pytest import plugin
+
+    if not config.pluginmanager.is_registered(plugin):
+        config.pluginmanager.register(plugin, "schemathesis-fuzz")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Schemathesis names each operation's item (``test_api_as_admin[GET /healthz]``) but gives all of a test
+    function's items that function's node id. pytest-xdist schedules by node id: it ran one item per fuzz test and
+    reported the rest nowhere. Each item gets its name as its node id."""
+    from schemathesis.pytest.plugin import SchemathesisFunction
+
+    for item in items:
+        if isinstance(item, SchemathesisFunction) and not item.nodeid.endswith(f"::{item.name}"):
+            item._id = item.parent.id.child(item.name)
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     if embedded_services.started_here:
         embedded_services.stop(only=set(embedded_services.started_here))

@@ -147,6 +147,7 @@ class LiveService:
             "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
             "DATABASE_URL": database_url(db_settings),
             "REDIS_URL": settings.REDIS_URL,
+            "SSE_REDIS_PREFIX": settings.SSE_REDIS_PREFIX,  # this test process's streams (one per xdist worker)
             "DATA_DIR": str(settings.DATA_DIR),  # the same dev IdP key and encryption keys as this process
             "PORT": str(self.port),
             # The issuer of the tokens this process mints (mint_token, client_for): the server accepts them, and

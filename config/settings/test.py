@@ -27,3 +27,15 @@ EMBEDDING_PROVIDER = "hash"
 PRELOAD_TORCH = env_bool("PRELOAD_TORCH", True)
 # Tests add vectors between searches of the same scope; a cached scope size would hide the plan they expect.
 MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS = 0
+
+# pytest-xdist (make test runs two worker processes): each worker gets a Valkey database of its own for the indexers'
+# wake flags and Celery's queue, and an event-stream prefix of its own (Redis pub/sub channels ignore the database
+# number), so one worker's writes never wake, feed or notify the other's. The Celery workers tests start use
+# databases 8-15 (tests/celery_workers.py).
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER:
+    _worker = int(_XDIST_WORKER.removeprefix("gw"))
+    REDIS_URL = f"{REDIS_URL.rpartition('/')[0]}/{1 + _worker % 7}"  # noqa: F405
+    CELERY_BROKER_URL = REDIS_URL
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    SSE_REDIS_PREFIX = f"sse-{_XDIST_WORKER}:"

@@ -169,7 +169,7 @@ PATH_CALLS = [
     ("patch", f"{CONVERSATIONS}/{BAD_UUID}/memberships/u", {"accessLevel": "reader"}),
     ("delete", f"{CONVERSATIONS}/{BAD_UUID}/memberships/u", None),
     ("get", f"{CONVERSATIONS}/12345/entries", None),
-    ("get", f"{CONVERSATIONS}/{new_id()}x/entries", None),
+    ("get", f"{CONVERSATIONS}/1c50b383-49ca-4c74-abd5-667033cbe353x/entries", None),  # a UUID and one more
     ("get", f"{ADMIN}/{BAD_UUID}", None),
     ("get", f"{ADMIN}/{BAD_UUID}/entries", None),
     ("get", f"{ADMIN}/{BAD_UUID}/memberships", None),

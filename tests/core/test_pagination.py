@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db
 
 TAG = "test.list"
 ROOT = uuid.uuid4()
+SOME_ID = "27938a27-330a-4d5b-b2b3-ec0ff080134d"  # fixed: parametrized test ids must be the same in every xdist worker
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -88,13 +89,13 @@ def test_nested_cursor_is_refused_before_it_is_decoded(monkeypatch) -> None:
         b64(b'["\xff\xfe", "x", "test.list"]'),  # not UTF-8
         b64(b"not json"),
         b64(b'{"a": 1}'),
-        b64(json.dumps(["2026-01-01T00:00:00+00:00", str(uuid.uuid4())]).encode()),  # untagged (the old format)
-        b64(json.dumps(["2026-01-01T00:00:00", str(uuid.uuid4()), TAG]).encode()),  # no zone
-        b64(json.dumps(["yesterday", str(uuid.uuid4()), TAG]).encode()),
-        b64(json.dumps([1700000000, str(uuid.uuid4()), TAG]).encode()),
+        b64(json.dumps(["2026-01-01T00:00:00+00:00", SOME_ID]).encode()),  # untagged (the old format)
+        b64(json.dumps(["2026-01-01T00:00:00", SOME_ID, TAG]).encode()),  # no zone
+        b64(json.dumps(["yesterday", SOME_ID, TAG]).encode()),
+        b64(json.dumps([1700000000, SOME_ID, TAG]).encode()),
         b64(json.dumps(["2026-01-01T00:00:00+00:00", "not-a-uuid", TAG]).encode()),
         b64(json.dumps(["2026-01-01T00:00:00+00:00", 7, TAG]).encode()),
-        b64(json.dumps(["2026-01-01T00:00:00+00:00", str(uuid.uuid4()), TAG, "extra"]).encode()),
+        b64(json.dumps(["2026-01-01T00:00:00+00:00", SOME_ID, TAG, "extra"]).encode()),
     ],
 )
 def test_malformed_timestamp_cursor_is_400(cursor: str) -> None:

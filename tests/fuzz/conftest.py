@@ -1,14 +1,7 @@
-"""Schemathesis for this directory only; the live service it fuzzes is the session fixture in tests/conftest.py."""
+"""The fuzzing run's summary and clean-up; Schemathesis's plugin is registered by tests/conftest.py, the live service
+it fuzzes is the session fixture there."""
 
 from __future__ import annotations
-
-
-def pytest_configure(config) -> None:
-    """Load Schemathesis's pytest plugin for this directory's runs only (pyproject.toml turns its auto-load off)."""
-    from schemathesis.pytest import plugin
-
-    if not config.pluginmanager.is_registered(plugin):
-        config.pluginmanager.register(plugin, "schemathesis-fuzz")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
