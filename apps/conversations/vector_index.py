@@ -101,7 +101,7 @@ def _exact(
     with transaction.atomic(), connection.cursor() as cursor:
         # A scope this small is read in a few ms; starting parallel workers costs more than it saves (measured
         # 15-40 ms with a Gather against 5-9 ms without, 1000 vectors of a 100k table, 2 loaded cores).
-        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        vectors.set_local(cursor, {"max_parallel_workers_per_gather": 0})
         cursor.execute(
             f"""
             WITH d AS MATERIALIZED (
@@ -138,14 +138,16 @@ def _approximate(
     maximum = int(settings.MEMORY_VECTOR_MAX_CANDIDATES)
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            local: dict[str, str | int] = {
+                "hnsw.iterative_scan": "relaxed_order",
+                "hnsw.ef_search": max(int(settings.MEMORY_VECTOR_EF_SEARCH), min(fetch, 1000)),
+            }
             if user_id is not None:
                 # The membership test must stay a per-candidate probe under the HNSW scan (a nested loop): a merge
                 # or hash join drains the whole index before the LIMIT applies (measured 790 ms instead of 30 ms
                 # at 10k vectors).
-                cursor.execute("SET LOCAL enable_mergejoin = off")
-                cursor.execute("SET LOCAL enable_hashjoin = off")
-            cursor.execute(f"SET LOCAL hnsw.ef_search = {max(int(settings.MEMORY_VECTOR_EF_SEARCH), min(fetch, 1000))}")
+                local.update(enable_mergejoin="off", enable_hashjoin="off")
+            vectors.set_local(cursor, local)
             cursor.execute(
                 f"""
                 SELECT v.conversation_id, v.entry_id,

@@ -10,6 +10,7 @@
   probe, cached briefly) is ranked exactly: walking HNSW for a selective filter visits more candidates than the
   scope holds, so exact is faster there and has recall 1. A larger scope walks HNSW with pgvector's iterative scan.
 - ``reciprocal_rank_fusion``: fusing ranked lists (conversation search's ``auto``).
+- ``set_local``: the planner and pgvector settings of one search query, in one round trip.
 """
 
 from __future__ import annotations
@@ -80,6 +81,16 @@ def check_hnsw_index(index_name: str) -> bool:
             "HNSW index %s is missing: vector search scans instead; run `manage.py migrate` to create it", index_name
         )
     return exists
+
+
+def set_local(cursor: Any, parameters: dict[str, str | int]) -> None:
+    """``SET LOCAL`` of every name in ``parameters`` (for the rest of the open transaction) in one round trip:
+    ``set_config(name, value, true)`` is SET LOCAL. A search set three or four of them one statement at a time, each
+    a round trip of its own. Names and values come from code and settings, never from callers."""
+    cursor.execute(
+        "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(parameters)),
+        [item for name, value in parameters.items() for item in (name, str(value))],
+    )
 
 
 def create_hnsw_index(table: str, index_name: str, dimension: int, using: str = DEFAULT_DB_ALIAS) -> None:

@@ -111,11 +111,11 @@ def _exact(dimension: int, vector_literal: str, scope_sql: str, scope_params: li
     with transaction.atomic(), connection.cursor() as cursor:
         # A scope this small is read in a few ms; starting parallel workers costs more than it saves (conversation
         # search measured 15-40 ms with a Gather against 5-9 ms without on 2 loaded cores).
-        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         # The liveness probe (one primary-key lookup per memory) must run on the ranked list, nearest first, until
         # the page is full: a hash or merge join would read every active memory to judge a scope of a few.
-        cursor.execute("SET LOCAL enable_hashjoin = off")
-        cursor.execute("SET LOCAL enable_mergejoin = off")
+        vectors.set_local(
+            cursor, {"max_parallel_workers_per_gather": 0, "enable_hashjoin": "off", "enable_mergejoin": "off"}
+        )
         # Every vector in scope is compared (no ORDER BY on the distance, so the HNSW index cannot serve it).
         # OFFSET 0 keeps the liveness test above the sort, so it stops once ``count`` live memories are found.
         cursor.execute(
@@ -142,12 +142,14 @@ def _approximate(
     fetch = max(count * 4, 40)
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cursor.execute(f"SET LOCAL hnsw.ef_search = {max(int(settings.MEMORY_VECTOR_EF_SEARCH), min(fetch, 1000))}")
             # The liveness test must stay a per-candidate probe under the HNSW scan (a nested loop), so the walk
             # goes on past dead versions' vectors: a hash or merge join would drain the whole index first.
-            cursor.execute("SET LOCAL enable_hashjoin = off")
-            cursor.execute("SET LOCAL enable_mergejoin = off")
+            vectors.set_local(cursor, {
+                "hnsw.iterative_scan": "relaxed_order",
+                "hnsw.ef_search": max(int(settings.MEMORY_VECTOR_EF_SEARCH), min(fetch, 1000)),
+                "enable_hashjoin": "off",
+                "enable_mergejoin": "off",
+            })  # fmt: skip
             cursor.execute(
                 f"""
                 WITH candidates AS MATERIALIZED (
@@ -162,7 +164,7 @@ def _approximate(
                 [vector_literal, *scope_params, fetch],
             )
             rows = cursor.fetchall()
-        candidates = sum(vectors for _memory_id, _best, vectors in rows)
+        candidates = sum(found for _memory_id, _best, found in rows)
         exhausted = candidates < fetch  # the scope holds no more live vectors than we got
         neighbours = _neighbours(rows, count)
         if len(neighbours) >= count or exhausted or fetch >= settings.MEMORY_VECTOR_MAX_CANDIDATES:
