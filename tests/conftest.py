@@ -51,7 +51,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item._id = item.parent.id.child(item.name)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The main process of a run (never an xdist worker) starts the local model's one-off ONNX export in the
+    background when the data directory has none (a clean clone): the workers run other tests meanwhile, and the
+    first test that needs the model waits on the export's lock (apps.core.embeddings.onnx_export) for what is left,
+    instead of exporting (about 20 s) while the other worker waits on that lock too."""
+    import subprocess
+    import sys
+
+    from apps.core.embeddings import minilm, onnx_export
+
+    cache_dir = settings.EMBEDDING_ONNX_DIR
+    if hasattr(session.config, "workerinput") or onnx_export.cached_export(cache_dir, minilm.model_path()):
+        return
+    command = [sys.executable, "-m", "apps.core.embeddings.onnx_export", "--cache-dir", str(cache_dir)]
+    session.config.stash[_EXPORT] = subprocess.Popen(
+        command, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+_EXPORT = pytest.StashKey["subprocess.Popen[bytes]"]()
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
+    export = session.config.stash.get(_EXPORT, None)
+    if export is not None:
+        export.wait()  # done long before; never leave it behind
     if embedded_services.started_here:
         embedded_services.stop(only=set(embedded_services.started_here))
 
