@@ -94,11 +94,11 @@ def _close_sql(where: str, now: str) -> str:
     """End the active versions matching ``where`` at time ``now`` (SQL): already past their expiry they become
     expired (the sweep's job done late), otherwise %(closed_state)s. One still waiting for the indexer will never
     need vectors; one that has vectors keeps index_status=indexed, which is how the indexer finds vectors to remove
-    on its next cycle."""
+    on its next cycle (and how a DELETE knows to wake it)."""
     return (
         f"UPDATE memories SET state = CASE WHEN expires_at <= {now} THEN 'expired' ELSE %(closed_state)s END, "  # noqa: S608
         f"ended_at = {now}, index_status = CASE WHEN index_status = 'pending' THEN 'removed' ELSE index_status END "
-        f"WHERE {where} RETURNING id, namespace, key, state, attributes, expires_at"
+        f"WHERE {where} RETURNING id, namespace, key, state, attributes, expires_at, index_status"
     )
 
 
@@ -144,9 +144,11 @@ PUT_SQL = (
     "FROM appended LEFT JOIN version ON version.id = appended.memory_id"
 )
 PUT_STATEMENTS = (_ADDRESS_LOCK_SQL, PUT_SQL)
+# DELETE. Its rows: each event's kind, with the closed version's index_status ('indexed': it has vectors to remove).
 DELETE_STATEMENTS = (
     _ADDRESS_LOCK_SQL,
-    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}) " + _append_events_sql(_CLOSED_EVENTS),
+    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}), appended AS ({_append_events_sql(_CLOSED_EVENTS)}) "  # noqa: S608
+    "SELECT appended.kind, closed.index_status FROM appended JOIN closed ON closed.id = appended.memory_id",
 )
 # The expiry sweep, one batch. SKIP LOCKED lets several beat/worker processes sweep at once without double-expiring
 # a row or waiting on each other (nor on a writer holding a row).
@@ -215,12 +217,13 @@ def delete_memory(principal: Principal, *, namespace: list[str], key: str) -> bo
     past its expiry (invisible, not swept yet) records its expiry instead."""
     authorize(principal, "delete", namespace, key)
     rows = run_pipelined(DELETE_STATEMENTS, write_params(namespace, key, MemoryState.DELETED))
-    deleted = any(kind == EventKind.DELETE for _, kind in rows)
-    if deleted:
+    deleted = [index_status for kind, index_status in rows if kind == EventKind.DELETE]
+    if IndexStatus.INDEXED in deleted:
         # Search already ignores the deleted version's vectors; removing them soon keeps them from slowing the
-        # HNSW walk (which steps over them) until beat's next run.
+        # HNSW walk (which steps over them) until beat's next run. A version without vectors (no index, or one
+        # still pending, which the delete made `removed`) leaves the indexer nothing to do: no wake-up.
         transaction.on_commit(_enqueue_indexing)
-    return deleted
+    return bool(deleted)
 
 
 def expire_due_memories(batch_size: int | None = None) -> int:

@@ -154,6 +154,26 @@ def test_a_delete_wakes_the_indexer_to_remove_its_vectors(bob, monkeypatch, djan
     get_client().delete(indexer.INDEXER._requested_key())
 
 
+def test_a_delete_of_a_memory_without_vectors_leaves_the_indexer_asleep(
+    bob, monkeypatch, django_capture_on_commit_callbacks
+):
+    from apps.core.redis_client import get_client
+    from apps.memories import tasks
+
+    put(bob, "plain", "never indexed", index={})
+    put(bob, "waiting", "not embedded yet")  # pending: the delete makes it `removed`, the indexer never embeds it
+    get_client().delete(indexer.INDEXER._requested_key())
+    calls = []
+    monkeypatch.setattr(tasks.index_pending_memories, "delay", lambda: calls.append(1))
+    for key in ("plain", "waiting"):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert bob.delete(f"/v1/memories?ns=user&ns=bob&ns=notes&key={key}").status_code == 204
+    assert calls == []  # no vectors to remove: no task, and no Redis round trip for the wake-up flag
+    assert indexer.run_cycle().indexed == 0
+    assert not MemoryVector.objects.exists()
+    get_client().delete(indexer.INDEXER._requested_key())
+
+
 def test_a_text_without_direction_is_no_match(bob, plan):
     # Issue 21.19: the hashing embedder maps a text without words to the zero vector, whose cosine distance is
     # NaN in pgvector; NaN must never score 1.0 (nor take a place on the page).
