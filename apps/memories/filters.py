@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from apps.core import errors
+from apps.core.serializers import text_problem
 
 Scalar = str | int | float | bool | None
 
@@ -146,17 +147,6 @@ def parse_filter(raw: Any, where: str = "filter") -> CompiledFilter:
     return CompiledFilter(conditions)
 
 
-def _nameable(name: Any) -> bool:
-    """Whether ``name`` can be a key of the error body (JSON text: no NUL, nothing UTF-8 cannot encode)."""
-    if not isinstance(name, str) or not name or "\x00" in name:
-        return False
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_caps(raw: dict, where: str) -> None:
     """MAX_ATTRIBUTES, MAX_OPERATORS and MAX_IN_VALUES, counted before anything else looks at the values. So a
     filter is at most MAX_ATTRIBUTES * MAX_OPERATORS conditions, each a test on every candidate row."""
@@ -168,7 +158,8 @@ def _check_caps(raw: dict, where: str) -> None:
             continue
         if len(spec) > MAX_OPERATORS:
             # Named under `where` when the name itself cannot be encoded (parse_filter refuses it next).
-            field = f"{where}.{name}" if _nameable(name) else where
+            nameable = isinstance(name, str) and name and text_problem(name) is None
+            field = f"{where}.{name}" if nameable else where
             raise errors.validation_error({field: f"at most {MAX_OPERATORS} operators"})
         for op_name, operand in spec.items():
             if _ALIASES.get(op_name, op_name) == "in" and isinstance(operand, list):

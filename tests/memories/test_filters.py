@@ -95,6 +95,11 @@ def parse_error_fields(raw: Any) -> dict[str, str]:
         ({"a": {"gt": float("nan")}}, "filter.a.gt"),
         ({"a": {"gt": "2024-02-30T00:00:00Z"}}, "filter.a.gt"),
         ({"a": {"gt": "9999-12-31T23:59:59-23:59"}}, "filter.a.gt"),
+        # More than MAX_OPERATORS on one attribute: named by the attribute, or by `filter` when the name cannot be
+        # a key of the error body.
+        ({"a": {"gt": 0, "gte": 0, "lt": 9, "lte": 9, "$gt": 1}}, "filter.a"),
+        ({"a\x00": {"gt": 0, "gte": 0, "lt": 9, "lte": 9, "$gt": 1}}, "filter"),
+        ({"\ud800": {"gt": 0, "gte": 0, "lt": 9, "lte": 9, "$gt": 1}}, "filter"),
     ],
 )
 def test_parse_filter_rejects(raw, field):
