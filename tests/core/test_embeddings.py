@@ -3,6 +3,7 @@ speaks the protocol, the provider registry, and (marked ``model``) the bundled a
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import socket
@@ -460,6 +461,35 @@ def test_local_concurrent_queries_are_batched_and_each_gets_its_own_vector(monke
     assert {t: v[0] for t, v in results.items()} == {t: float(len(t)) for t in texts}
     assert sorted(t for batch in encoder.batches for t in batch) == sorted(texts)  # each query encoded exactly once
     assert len(encoder.batches) < len(texts)  # and some of them together
+
+
+def test_local_queries_of_two_runtimes_waiting_together_are_each_encoded_by_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two providers whose query runtimes differ (another model directory, device or thread count) share the
+    # encode thread; queries of both that wait while it is busy must not be batched into one encoder's pass.
+    class Gated(FakeEncoder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.running, self.release = threading.Event(), threading.Event()
+
+        def encode(self, texts: list[str], batch_size: int) -> Any:
+            self.running.set()
+            assert self.release.wait(10)
+            return super().encode(texts, batch_size)
+
+    busy, first, second = Gated(), FakeEncoder(), FakeEncoder()
+    providers = [local_module.LocalEmbeddingProvider(threads=n) for n in (1, 2, 3)]
+    encoders = dict(zip((p.queries for p in providers), (busy, first, second), strict=True))
+    monkeypatch.setattr(local_module, "load", encoders.__getitem__)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        occupying = pool.submit(providers[0].embed_query, "busy")
+        assert busy.running.wait(10)  # the encode thread is taken: what follows waits for it
+        waiting = [pool.submit(providers[1].embed_query, "one"), pool.submit(providers[2].embed_query, "two!")]
+        time.sleep(0.1)  # both are queued behind the busy pass
+        busy.release.set()
+        assert [future.result(10)[0] for future in (occupying, *waiting)] == [4.0, 3.0, 4.0]
+    assert (busy.batches, first.batches, second.batches) == ([["busy"]], [["one"]], [["two!"]])
 
 
 @pytest.mark.model

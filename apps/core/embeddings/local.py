@@ -83,24 +83,26 @@ class _QueryBatcher:
     One short query costs about as much as a batch of them (the model's fixed cost per forward pass dominates),
     so concurrent semantic searches no longer queue one encode behind another. A query alone is encoded alone;
     in a batch it is padded to the longest query with an attention mask (mean pooling ignores the padding), so its
-    vector equals the lone encode to float rounding (tests/core/test_embedding_quality.py)."""
+    vector equals the lone encode to float rounding (tests/core/test_embedding_quality.py). Queries wait per
+    encoder: providers whose query runtimes differ share the encode thread, never a batch."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: list[tuple[str, concurrent.futures.Future]] = []
+        self._pending: dict[Encoder, list[tuple[str, concurrent.futures.Future]]] = {}
 
     def embed(self, encoder: Encoder, text: str, batch_size: int) -> list[float]:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
-            self._pending.append((text, future))
-            schedule = len(self._pending) == 1  # otherwise a scheduled drain has not taken the list yet
+            pending = self._pending.setdefault(encoder, [])
+            pending.append((text, future))
+            schedule = len(pending) == 1  # otherwise a scheduled drain has not taken the list yet
         if schedule:
             _encode_thread().submit(self._drain, encoder, batch_size)
         return future.result()
 
     def _drain(self, encoder: Encoder, batch_size: int) -> None:
         with self._lock:
-            batch, self._pending = self._pending, []
+            batch = self._pending.pop(encoder)
         try:
             vectors = encoder.encode([text for text, _ in batch], batch_size)
         except Exception as exc:
