@@ -351,7 +351,7 @@ def test_local_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(local_module, "_build", build)
     monkeypatch.setattr(local_module, "_encoders", {})
-    provider = local_module.LocalEmbeddingProvider(torch_threads=1)  # the former name of threads
+    provider = local_module.LocalEmbeddingProvider(threads=1)
     results: list[list[list[float]]] = []
     workers = [threading.Thread(target=lambda: results.append(provider.embed_documents(["abc"]))) for _ in range(8)]
     for worker in workers:

@@ -249,7 +249,6 @@ class LocalEmbeddingProvider(EmbeddingProvider):
     def __init__(
         self,
         batch_size: int | None = None,
-        torch_threads: int | None = None,
         *,
         threads: int | None = None,
         backend: str = "onnx",
@@ -259,9 +258,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         onnx_dir: Path | str | None = None,
         model_dir: Path | str | None = None,
     ) -> None:
-        """``torch_threads`` is the former name of ``threads`` (threads per process for either backend; None:
-        the runtime's default, one per core). ``precision`` applies where a device is a GPU; the CPU computes fp32.
-        ``model_dir``: a sentence-transformers directory of this model's architecture (default: the bundled one).
+        """``threads``: threads per process for either backend (None: the runtime's default, one per core).
+        ``precision`` applies where a device is a GPU; the CPU computes fp32. ``model_dir``: a sentence-transformers directory of this model's architecture (default: the bundled one).
         Raises ValueError for a value no machine could run."""
         if precision not in minilm.PRECISIONS:
             raise ValueError(f"EMBEDDING_PRECISION must be one of {', '.join(minilm.PRECISIONS)}, got {precision!r}")
@@ -269,7 +267,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             raise ValueError("EMBEDDING_PRECISION=fp16 runs on a GPU only (EMBEDDING_DEVICE=cuda)")
         for value in (device, query_device):
             minilm.validate(backend, value, precision if value != "cpu" else "fp32")
-        self.threads = threads or torch_threads or None
+        self.threads = threads or None
         cache = Path(onnx_dir) if onnx_dir else None
         self.model_dir = Path(model_dir) if model_dir else None
 
@@ -279,10 +277,6 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self.documents = runtime(device)
         self.queries = runtime(query_device)
         self.batch_size = max(1, batch_size or minilm.DEFAULT_BATCH_SIZE[device.partition(":")[0]])
-
-    @property
-    def torch_threads(self) -> int | None:  # the former name
-        return self.threads
 
     @classmethod
     def from_settings(cls) -> LocalEmbeddingProvider:
