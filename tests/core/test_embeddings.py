@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from apps.core.embeddings import EmbeddingError, EmbeddingProvider, get_provider
 from apps.core.embeddings import local as local_module
 from apps.core.embeddings.hashing import HashingEmbeddingProvider
 from apps.core.embeddings.openai import OpenAICompatibleEmbeddingProvider
+from tests.concurrency import run_concurrently
 from tests.local_http import LocalHTTPServer
 
 API_KEY = "sk-test-secret-0123456789"
@@ -352,12 +354,7 @@ def test_local_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(local_module, "_build", build)
     monkeypatch.setattr(local_module, "_encoders", {})
     provider = local_module.LocalEmbeddingProvider(threads=1)
-    results: list[list[list[float]]] = []
-    workers = [threading.Thread(target=lambda: results.append(provider.embed_documents(["abc"]))) for _ in range(8)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    results = run_concurrently([partial(provider.embed_documents, ["abc"])] * 8, timeout=60)
 
     assert built == [local_module.Runtime("onnx", "cpu", "fp32", 1, None)]
     assert len(results) == 8 and all(r[0][0] == 3.0 for r in results)
@@ -452,13 +449,8 @@ def test_local_concurrent_queries_are_batched_and_each_gets_its_own_vector(monke
     monkeypatch.setattr(local_module, "load", lambda runtime: encoder)
     provider = local_module.LocalEmbeddingProvider()
     texts = ["x" * n for n in range(1, 13)]
-    results: dict[str, list[float]] = {}
-    workers = [threading.Thread(target=lambda t=t: results.__setitem__(t, provider.embed_query(t))) for t in texts]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert {t: v[0] for t, v in results.items()} == {t: float(len(t)) for t in texts}
+    results = run_concurrently([partial(provider.embed_query, t) for t in texts], timeout=60)
+    assert [vector[0] for vector in results] == [float(len(t)) for t in texts]
     assert sorted(t for batch in encoder.batches for t in batch) == sorted(texts)  # each query encoded exactly once
     assert len(encoder.batches) < len(texts)  # and some of them together
 
