@@ -257,7 +257,7 @@ def test_torch_document_path_matches_sentence_transformers(
     """TorchEncoder's own passes (the GPU worker's path: token ids padded with numpy, the model's modules called
     directly) against sentence-transformers' ``encode``, on the CPU."""
     encoder = minilm.TorchEncoder(minilm.ModelFiles(minilm.model_path()))
-    pieces = [piece for text in long_texts()[-3:] for piece in encoder.chunk(text)]
+    pieces = [piece for text in long_texts()[-3:] for piece in encoder.chunker.chunk(text)]
     texts = sentences[:150] + pieces
     ours = encoder.encode_tokens(encoder.chunker.tokenize(texts), 32)
     reference = np.concatenate([corpus_vectors[1][:150], torch_reference(pieces)])  # the corpus starts with sentences

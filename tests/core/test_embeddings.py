@@ -3,6 +3,7 @@ speaks the protocol, the provider registry, and (marked ``model``) the bundled a
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import socket
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from apps.core.embeddings import EmbeddingError, EmbeddingProvider, get_provider
 from apps.core.embeddings import local as local_module
 from apps.core.embeddings.hashing import HashingEmbeddingProvider
 from apps.core.embeddings.openai import OpenAICompatibleEmbeddingProvider
+from tests.concurrency import run_concurrently
 from tests.local_http import LocalHTTPServer
 
 API_KEY = "sk-test-secret-0123456789"
@@ -350,13 +353,8 @@ def test_local_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(local_module, "_build", build)
     monkeypatch.setattr(local_module, "_encoders", {})
-    provider = local_module.LocalEmbeddingProvider(torch_threads=1)  # the former name of threads
-    results: list[list[list[float]]] = []
-    workers = [threading.Thread(target=lambda: results.append(provider.embed_documents(["abc"]))) for _ in range(8)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    provider = local_module.LocalEmbeddingProvider(threads=1)
+    results = run_concurrently([partial(provider.embed_documents, ["abc"])] * 8, timeout=60)
 
     assert built == [local_module.Runtime("onnx", "cpu", "fp32", 1, None)]
     assert len(results) == 8 and all(r[0][0] == 3.0 for r in results)
@@ -451,15 +449,39 @@ def test_local_concurrent_queries_are_batched_and_each_gets_its_own_vector(monke
     monkeypatch.setattr(local_module, "load", lambda runtime: encoder)
     provider = local_module.LocalEmbeddingProvider()
     texts = ["x" * n for n in range(1, 13)]
-    results: dict[str, list[float]] = {}
-    workers = [threading.Thread(target=lambda t=t: results.__setitem__(t, provider.embed_query(t))) for t in texts]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert {t: v[0] for t, v in results.items()} == {t: float(len(t)) for t in texts}
+    results = run_concurrently([partial(provider.embed_query, t) for t in texts], timeout=60)
+    assert [vector[0] for vector in results] == [float(len(t)) for t in texts]
     assert sorted(t for batch in encoder.batches for t in batch) == sorted(texts)  # each query encoded exactly once
     assert len(encoder.batches) < len(texts)  # and some of them together
+
+
+def test_local_queries_of_two_runtimes_waiting_together_are_each_encoded_by_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two providers whose query runtimes differ (another model directory, device or thread count) share the
+    # encode thread; queries of both that wait while it is busy must not be batched into one encoder's pass.
+    class Gated(FakeEncoder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.running, self.release = threading.Event(), threading.Event()
+
+        def encode(self, texts: list[str], batch_size: int) -> Any:
+            self.running.set()
+            assert self.release.wait(10)
+            return super().encode(texts, batch_size)
+
+    busy, first, second = Gated(), FakeEncoder(), FakeEncoder()
+    providers = [local_module.LocalEmbeddingProvider(threads=n) for n in (1, 2, 3)]
+    encoders = dict(zip((p.queries for p in providers), (busy, first, second), strict=True))
+    monkeypatch.setattr(local_module, "load", encoders.__getitem__)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        occupying = pool.submit(providers[0].embed_query, "busy")
+        assert busy.running.wait(10)  # the encode thread is taken: what follows waits for it
+        waiting = [pool.submit(providers[1].embed_query, "one"), pool.submit(providers[2].embed_query, "two!")]
+        time.sleep(0.1)  # both are queued behind the busy pass
+        busy.release.set()
+        assert [future.result(10)[0] for future in (occupying, *waiting)] == [4.0, 3.0, 4.0]
+    assert (busy.batches, first.batches, second.batches) == ([["busy"]], [["one"]], [["two!"]])
 
 
 @pytest.mark.model

@@ -6,14 +6,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
 from apps.core.embeddings import minilm, onnx_export
+from tests.concurrency import run_concurrently
 
 
 @pytest.fixture
@@ -43,18 +44,8 @@ def fake_export(monkeypatch):
 
 def test_concurrent_first_starts_export_once(tmp_path, fake_export) -> None:
     calls, _ = fake_export
-    results: list[Path] = []
-    barrier = threading.Barrier(16)
-
-    def start() -> None:
-        barrier.wait()
-        results.append(onnx_export.ensure_export(tmp_path, progress=lambda line: None))
-
-    threads = [threading.Thread(target=start) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    # Every start must get the file: a waiter's failure is re-raised, a start stuck on the lock times out.
+    results = run_concurrently([partial(onnx_export.ensure_export, tmp_path, progress=lambda line: None)] * 16, timeout=60)
     assert len(calls) == 1  # one exporter; the others waited on the lock and found its file
     assert len(set(results)) == 1 and results[0].stat().st_size == 5000
     assert sorted(p.name for p in tmp_path.iterdir()) == [".export.lock", results[0].name]  # no temporary left

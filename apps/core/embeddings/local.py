@@ -83,24 +83,26 @@ class _QueryBatcher:
     One short query costs about as much as a batch of them (the model's fixed cost per forward pass dominates),
     so concurrent semantic searches no longer queue one encode behind another. A query alone is encoded alone;
     in a batch it is padded to the longest query with an attention mask (mean pooling ignores the padding), so its
-    vector equals the lone encode to float rounding (tests/core/test_embedding_quality.py)."""
+    vector equals the lone encode to float rounding (tests/core/test_embedding_quality.py). Queries wait per
+    encoder: providers whose query runtimes differ share the encode thread, never a batch."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: list[tuple[str, concurrent.futures.Future]] = []
+        self._pending: dict[Encoder, list[tuple[str, concurrent.futures.Future]]] = {}
 
     def embed(self, encoder: Encoder, text: str, batch_size: int) -> list[float]:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
-            self._pending.append((text, future))
-            schedule = len(self._pending) == 1  # otherwise a scheduled drain has not taken the list yet
+            pending = self._pending.setdefault(encoder, [])
+            pending.append((text, future))
+            schedule = len(pending) == 1  # otherwise a scheduled drain has not taken the list yet
         if schedule:
             _encode_thread().submit(self._drain, encoder, batch_size)
         return future.result()
 
     def _drain(self, encoder: Encoder, batch_size: int) -> None:
         with self._lock:
-            batch, self._pending = self._pending, []
+            batch = self._pending.pop(encoder)
         try:
             vectors = encoder.encode([text for text, _ in batch], batch_size)
         except Exception as exc:
@@ -247,7 +249,6 @@ class LocalEmbeddingProvider(EmbeddingProvider):
     def __init__(
         self,
         batch_size: int | None = None,
-        torch_threads: int | None = None,
         *,
         threads: int | None = None,
         backend: str = "onnx",
@@ -257,9 +258,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         onnx_dir: Path | str | None = None,
         model_dir: Path | str | None = None,
     ) -> None:
-        """``torch_threads`` is the former name of ``threads`` (threads per process for either backend; None:
-        the runtime's default, one per core). ``precision`` applies where a device is a GPU; the CPU computes fp32.
-        ``model_dir``: a sentence-transformers directory of this model's architecture (default: the bundled one).
+        """``threads``: threads per process for either backend (None: the runtime's default, one per core).
+        ``precision`` applies where a device is a GPU; the CPU computes fp32. ``model_dir``: a sentence-transformers directory of this model's architecture (default: the bundled one).
         Raises ValueError for a value no machine could run."""
         if precision not in minilm.PRECISIONS:
             raise ValueError(f"EMBEDDING_PRECISION must be one of {', '.join(minilm.PRECISIONS)}, got {precision!r}")
@@ -267,7 +267,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             raise ValueError("EMBEDDING_PRECISION=fp16 runs on a GPU only (EMBEDDING_DEVICE=cuda)")
         for value in (device, query_device):
             minilm.validate(backend, value, precision if value != "cpu" else "fp32")
-        self.threads = threads or torch_threads or None
+        self.threads = threads or None
         cache = Path(onnx_dir) if onnx_dir else None
         self.model_dir = Path(model_dir) if model_dir else None
 
@@ -277,10 +277,6 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self.documents = runtime(device)
         self.queries = runtime(query_device)
         self.batch_size = max(1, batch_size or minilm.DEFAULT_BATCH_SIZE[device.partition(":")[0]])
-
-    @property
-    def torch_threads(self) -> int | None:  # the former name
-        return self.threads
 
     @classmethod
     def from_settings(cls) -> LocalEmbeddingProvider:

@@ -385,9 +385,6 @@ class Encoder(ABC):
         self.max_seq_length = files.max_seq_length
         self.chunker = Chunker(files)
 
-    def chunk(self, text: str) -> list[str]:
-        return self.chunker.chunk(text)
-
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """Vectors of ``texts`` (at most ``batch_size`` per forward pass), in input order."""
         return self.encode_tokens(self.chunker.tokenize(texts), batch_size)
