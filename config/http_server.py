@@ -10,7 +10,8 @@ cannot parse with a ``text/plain`` 400. Here:
   too slow gets a JSON 408 ``request_timeout`` and the connection is closed (an answer already under way is just
   cut off). Between requests uvicorn's keep-alive timeout applies as before;
 - a URL over ``MAX_URL_BYTES`` is a JSON 414 ``uri_too_long``, request headers over ``REQUEST_MAX_HEADER_BYTES``
-  a JSON 431 ``headers_too_large``, and any other unparsable request a JSON 400, each closing the connection.
+  a JSON 431 ``headers_too_large`` (counted as they arrive: a header that never ends is refused too), and any
+  other unparsable request a JSON 400, each closing the connection.
 
 The REST bridge (config.wsgi_bridge) reads every body on the event loop before a thread takes the request, so a
 slow client costs a socket and a buffer, never a thread, while these deadlines bound how long it keeps them.
@@ -30,6 +31,8 @@ from uvicorn_worker import UvicornWorker
 
 # httptools' URL parser refuses anything longer (http_parser_url keeps offsets in 16 bits).
 MAX_URL_BYTES = 65_535
+# What a request's head holds besides its URL and header lines: method, version, separators (data_received's bound).
+_REQUEST_LINE_BYTES = 1024
 # How long a refused connection keeps draining what its client still sends after our answer (_close_lingering).
 LINGER_SECONDS = 2.0
 
@@ -51,6 +54,8 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._url_bytes = 0
         self._header_bytes = 0
+        self._in_head = True  # between a message's end (or the connection's start) and the next one's headers
+        self._head_bytes = 0  # received while in the head
         self._refused = False
 
     # --- deadlines ----------------------------------------------------------------------------------------------
@@ -64,8 +69,19 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self._refused:
-            super().data_received(data)
+        if self._refused:
+            return
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        # httptools hands a header to on_header only once it is complete, gathering a long one meanwhile with
+        # bytes += (memory, and a copy of all of it per packet): a head still arriving is bounded here by what came.
+        if (
+            self._in_head
+            and not self._refused
+            and self._head_bytes - self._url_bytes > self._max_header_bytes + _REQUEST_LINE_BYTES
+        ):
+            self._refuse(431, "headers_too_large", f"The request headers exceed {self._max_header_bytes} bytes.")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -73,11 +89,13 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         self._arm(self._header_timeout)
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         self._arm(self._body_timeout)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._in_head, self._head_bytes = True, 0
         super().on_message_complete()
 
     def _arm(self, seconds: float) -> None:

@@ -127,9 +127,14 @@ def _score(value: Any) -> float:
     return float(value)
 
 
+# An integer position or id is a bigint column's value: anything outside could name no row, and would reach the SQL
+# as a numeric parameter (the bigint column then compared as numeric).
+_BIGINT = range(-(2**63), 2**63)
+
+
 def _sequence(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("not an integer")
+    if isinstance(value, bool) or not isinstance(value, int) or value not in _BIGINT:
+        raise ValueError("not a bigint")
     return value
 
 
@@ -150,12 +155,12 @@ def encode_cursor(tag: str, position: Any, item_id: Any) -> str:
 
 
 def _sequence_id(value: str) -> int:
-    if not _SEQUENCE_ID.fullmatch(value):
+    if not _SEQUENCE_ID.fullmatch(value) or int(value) not in _BIGINT:
         raise ValueError("not a sequence number")
     return int(value)
 
 
-_SEQUENCE_ID = re.compile("[0-9]{1,19}")
+_SEQUENCE_ID = re.compile("[0-9]{1,19}")  # no sign, and no int() of a long digit string
 # The item id kinds a cursor can carry (encode_cursor writes either as text).
 _IDS: dict[type, Callable[[str], Any]] = {uuid.UUID: uuid.UUID, int: _sequence_id}
 
@@ -165,7 +170,7 @@ def decode_cursor(
 ) -> tuple[Any, Any]:
     """(position, item id) of a cursor made by ``encode_cursor(tag, <position>, id)``. Anything else (over-long,
     not base64url, not UTF-8 JSON, nested, another list's tag, a position not of ``kind``: a ``datetime`` with its
-    zone, a finite ``float`` or an ``int``; an id not of ``id_kind``: a UUID or a non-negative ``int``) is a 400
+    zone, a finite ``float`` or a bigint ``int``; an id not of ``id_kind``: a UUID or a non-negative bigint) is a 400
     naming ``field``."""
     malformed = errors.validation_error({field: "malformed cursor"})
     if len(cursor) > MAX_CURSOR_CHARS or not _CURSOR_TEXT.fullmatch(cursor):

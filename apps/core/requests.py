@@ -57,9 +57,5 @@ def flag_param(raw: str | None, name: str) -> bool:
 
 
 def user_id_param(raw: str | None, name: str) -> str | None:
-    """A user id filter from the query: absent or empty is no filter."""
-    if raw is None or raw == "":
-        return None
-    if len(raw) > MAX_USER_ID_CHARS or "\x00" in raw:
-        raise errors.validation_error({name: f"must be at most {MAX_USER_ID_CHARS} characters without NUL"})
-    return raw
+    """A user id filter from the query: absent or empty is no filter, anything else what ``path_text`` takes."""
+    return path_text(raw, name) if raw else None

@@ -90,6 +90,7 @@ class Server:
     restarts: int = 0
     failures_in_a_row: int = 0
     restart_at: float | None = None  # when a server found down is due to start again
+    check_failing: bool = False  # is_up() raised at the last poll
 
 
 @dataclass
@@ -204,14 +205,13 @@ class Supervisor:
             child.process = None
             child.restart_at = now + delay
 
-
     def _check_servers(self) -> None:
         for server in self.servers.values():
             if self._stopping.is_set():
                 return
             now = time.monotonic()
             if server.restart_at is None:
-                if server.is_up():
+                if self._is_up(server):
                     continue
                 ran = now - server.up_since
                 server.failures_in_a_row = 1 if ran >= self.stable_after else server.failures_in_a_row + 1
@@ -237,6 +237,25 @@ class Supervisor:
                 server.restarts += 1
                 server.up_since = time.monotonic()
                 logger.info("embedded server restarted", extra={"server": server.name, "restarts": server.restarts})
+
+
+    @staticmethod
+    def _is_up(server: Server) -> bool:
+        """``server.is_up()``, where a check that raises (a pid file caught half-written, a process it cannot
+        inspect) counts as up: it says nothing either way, and an exception here would end ``run()``, stopping every
+        child with it. Logged once per run of failing checks."""
+        try:
+            up = server.is_up()
+        except Exception as exc:
+            if not server.check_failing:
+                logger.warning(
+                    "embedded server check failed; taken as up until it answers",
+                    extra={"server": server.name, "error": f"{type(exc).__name__}: {exc}"},
+                )
+            server.check_failing = True
+            return True
+        server.check_failing = False
+        return up
 
 
 def _signal_group(pgid: int, sig: int) -> None:

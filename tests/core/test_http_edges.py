@@ -159,6 +159,19 @@ def test_headers_too_large_are_a_json_431(edge_service):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", [b"X-Filler: ", b"X-" + b"n" * 10_000])
+def test_a_header_still_arriving_is_a_json_431_once_too_large(edge_service, name):
+    """httptools hands a header over only once it is complete, gathering it meanwhile with bytes += (memory, and a
+    copy of all of it per packet): a header past the limit that never ends is refused as it arrives, not left to
+    grow until the header deadline."""
+    with connect(edge_service, timeout=HEADER_TIMEOUT + 5) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + name + b"f" * 20_000)  # no CRLF: unfinished
+        assert_d1(*read_response(sock), 431, "headers_too_large")
+        assert time.monotonic() - started < HEADER_TIMEOUT / 2  # refused on arrival, not by the deadline (408)
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("garbage", [b"HELLO THERE\r\n\r\n", b"GET / HTTP/1.1\r\nBad Header\r\n\r\n"])
 def test_a_request_that_is_not_http_is_a_json_400(edge_service, garbage):
     with connect(edge_service, timeout=10) as sock:

@@ -112,6 +112,22 @@ def test_sequence_cursor_must_be_an_integer(number: str) -> None:
     assert_malformed(b64(f'[{number}, "{uuid.uuid4()}", "{TAG}"]'.encode()), kind=int)
 
 
+@pytest.mark.parametrize("number", [2**63, -(2**63) - 1, 10**100])
+def test_sequence_cursor_must_fit_a_bigint(number: int) -> None:
+    """Past a bigint no row has the position: a forged one reached the SQL as numeric, and an events page came back
+    empty with the forged cursor to continue from."""
+    assert pagination.decode_cursor(b64(f'[{2**63 - 1}, "{SOME_ID}", "{TAG}"]'.encode()), TAG, int)[0] == 2**63 - 1
+    assert_malformed(b64(f'[{number}, "{SOME_ID}", "{TAG}"]'.encode()), kind=int)
+
+
+@pytest.mark.parametrize("item_id", [str(2**63), "9" * 19])
+def test_sequence_id_must_fit_a_bigint(item_id: str) -> None:
+    largest = pagination.encode_cursor(TAG, 7, 2**63 - 1)
+    assert pagination.decode_cursor(largest, TAG, int, id_kind=int) == (7, 2**63 - 1)
+    with pytest.raises(errors.ApiError):
+        pagination.decode_cursor(pagination.encode_cursor(TAG, 7, item_id), TAG, int, id_kind=int)
+
+
 # --- The pager, over a QuerySet and over raw SQL -------------------------------------------------------------------
 
 

@@ -154,6 +154,28 @@ def test_a_server_found_down_is_started_again_with_backoff_and_a_failed_start_is
     assert supervisor.children["steady"].pid == steady  # the children are left alone
 
 
+def test_a_server_check_that_raises_stops_nothing(supervised, caplog):
+    """A check that fails says nothing about the server: the supervisor keeps running its children (an exception
+    used to end run(), and with it web, worker and beat), logs it once, and restarts nothing."""
+    caplog.set_level(logging.INFO, logger="apps.core.supervisor")
+    state = {"checks": 0, "starts": 0}
+
+    def is_up() -> bool:
+        state["checks"] += 1
+        if state["checks"] <= 3:
+            raise OverflowError("postmaster.pid half-written")
+        return True
+
+    server = Server("fake", is_up, lambda: state.__setitem__("starts", state["starts"] + 1))
+    supervisor = supervised({"steady": "sleep 600"}, backoff_initial=0.1, servers={"fake": server})
+    steady = supervisor.children["steady"].pid
+    _wait(lambda: state["checks"] > 10, 10, "the checks to go on")
+    assert not supervisor.stopping and supervisor.children["steady"].pid == steady and _alive(steady)
+    assert state["starts"] == 0 and server.restarts == 0 and not server.check_failing
+    failed = [r for r in caplog.records if getattr(r, "server", None) == "fake" and "check failed" in r.getMessage()]
+    assert len(failed) == 1
+
+
 def test_shutdown_stops_every_process_group_and_kills_what_ignores_sigterm(tmp_path):
     supervisor = Supervisor(
         processes={"polite": "sleep 600", "stubborn": "sh -c 'trap \"\" TERM; sleep 600 & wait; sleep 600'"},
