@@ -122,7 +122,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
     ) -> Iterator[CheckpointTuple]:
         client = self._clients.sync
         remaining = limit
-        for thread_id in self._thread_ids(config, lambda flow: run(client, flow)):
+        for thread_id in run(client, self._thread_ids(config)):
             if remaining is not None and remaining <= 0:
                 return
             found = run(client, self._list_thread(thread_id, config, filter, before, remaining))
@@ -162,11 +162,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
     ) -> AsyncIterator[CheckpointTuple]:
         client = self._clients.async_
         remaining = limit
-        if config is not None:
-            thread_ids = [str(config["configurable"]["thread_id"])]
-        else:
-            thread_ids = await arun(client, self._all_thread_ids())
-        for thread_id in thread_ids:
+        for thread_id in await arun(client, self._thread_ids(config)):
             if remaining is not None and remaining <= 0:
                 return
             found = await arun(client, self._list_thread(thread_id, config, filter, before, remaining))
@@ -304,18 +300,15 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
         yield from self._append(str(target_thread_id), records)
         return None
 
-    def _all_thread_ids(self) -> Flow[ThreadIds]:
-        """Every conversation the caller can see that holds this client's checkpoints (for ``list(None)``)."""
+    def _thread_ids(self, config: RunnableConfig | None) -> Flow[ThreadIds]:
+        """The threads ``list`` walks: the config's, or (``list(None)``) every conversation the caller can see (a
+        conversation's id is its thread id; those without this client's checkpoints list nothing)."""
+        if config is not None:
+            return [str(config["configurable"]["thread_id"])]
         conversations = yield from every_page(
             lambda cursor: ops.list_conversations(mode="all", limit=200, after_cursor=cursor)
         )
         return [conversation.id for conversation in conversations]
-
-    def _thread_ids(self, config: RunnableConfig | None, drive: Any) -> ThreadIds:
-        if config is not None:
-            return [str(config["configurable"]["thread_id"])]
-        ids: list[str] = drive(self._all_thread_ids())
-        return ids
 
     # --- Reading and writing the log ------------------------------------------------------------------------------
 
