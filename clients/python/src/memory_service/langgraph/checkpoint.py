@@ -33,7 +33,16 @@ except ImportError:  # an older langgraph-checkpoint without it: the same order,
 
 
 from memory_service import _operations as ops
-from memory_service._flow import Clients, Flow, UsesClients, arun, every_page, run
+from memory_service._flow import (
+    Clients,
+    Flow,
+    UsesClients,
+    arun,
+    conversation_entries,
+    delete_conversation,
+    every_page,
+    run,
+)
 from memory_service._ids import conversation_id_for
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
@@ -43,7 +52,6 @@ from memory_service.models import Entry
 
 # The contentType of the saver's context entries: other context entries of the same client are left alone.
 CONTENT_TYPE = "langgraph-checkpoint"
-ENTRIES_PAGE = 200  # the service's maximum page of entries
 DEFAULT_MAX_ENTRY_BYTES = 200_000  # under the service's 256 KiB per entry (CONVERSATION_ENTRY_MAX_CONTENT_BYTES)
 MAX_ITEMS_PER_ENTRY = 1000  # the service's CONVERSATION_ENTRY_MAX_ITEMS
 
@@ -142,7 +150,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
         run(self._clients.sync, self._put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        run(self._clients.sync, self._delete_thread(thread_id))
+        run(self._clients.sync, delete_conversation(conversation_id_for(str(thread_id))))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         run(self._clients.sync, self._copy_thread(source_thread_id, target_thread_id))
@@ -183,7 +191,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
         await arun(self._clients.async_, self._put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await arun(self._clients.async_, self._delete_thread(thread_id))
+        await arun(self._clients.async_, delete_conversation(conversation_id_for(str(thread_id))))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await arun(self._clients.async_, self._copy_thread(source_thread_id, target_thread_id))
@@ -282,13 +290,6 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
             found.append(self._tuple(log, log.thread_ids.get((ns, checkpoint_id), thread_id), ns, checkpoint_id))
         return found
 
-    def _delete_thread(self, thread_id: str) -> Flow[None]:
-        try:
-            yield ops.delete_conversation(conversation_id_for(str(thread_id)))
-        except NotFoundError:
-            pass
-        return None
-
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[None]:
         entries = yield from self._entries(str(source_thread_id))
         if not entries:
@@ -314,12 +315,8 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
 
     def _entries(self, thread_id: str) -> Flow[Entries | None]:
         """Every context entry of the thread's conversation, oldest first, every page; None: no such thread."""
-        conversation_id = conversation_id_for(thread_id)
-        try:
-            entries = yield from every_page(lambda cursor: ops.list_entries(
-                conversation_id, channel="context", limit=ENTRIES_PAGE, after_cursor=cursor
-            ))
-        except NotFoundError:
+        entries = yield from conversation_entries(conversation_id_for(thread_id), "context")
+        if entries is None:
             return None
         return [entry for entry in entries if entry.content_type == CONTENT_TYPE]
 
