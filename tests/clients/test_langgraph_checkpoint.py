@@ -230,3 +230,32 @@ def test_a_graph_resumes_from_the_service(live_service: LiveService) -> None:
             return (await graph.ainvoke({"items": ["async"]}, config))["items"]
 
     assert asyncio.run(scenario())[-2:] == ["async", "seen 5"]
+
+
+def test_listing_without_a_config_walks_every_thread_the_caller_sees(live_service: LiveService) -> None:
+    """``list(None)`` / ``alist(None)``: the checkpoints of every thread of the caller (charlie owns no other
+    thread in this module), newest first per thread, under their own thread ids; ``limit`` counts across threads."""
+    run_id = uuid.uuid4().hex
+    threads = {f"walk-a-{run_id}": 2, f"walk-b-{run_id}": 3}
+    with make_saver(live_service, "charlie") as saver:
+        stored = {thread_id: put_chain(saver, thread_id, steps) for thread_id, steps in threads.items()}
+        listed = list(saver.list(None))
+        limited = list(saver.list(None, limit=3))
+
+        async def alist(limit: int | None) -> list:
+            try:
+                return [found async for found in saver.alist(None, limit=limit)]
+            finally:
+                await saver.aclose()
+
+        alisted = asyncio.run(alist(None))
+        alimited = asyncio.run(alist(3))
+    expected = {(config["configurable"]["thread_id"], config["configurable"]["checkpoint_id"])
+                for configs in stored.values() for config in configs}
+    for found in (listed, alisted):
+        assert sorted((t.config["configurable"]["thread_id"], t.checkpoint["id"]) for t in found) == sorted(expected)
+        for thread_id in threads:
+            steps = [t.metadata["step"] for t in found if t.config["configurable"]["thread_id"] == thread_id]
+            assert steps == sorted(steps, reverse=True)
+    assert len(limited) == len(alimited) == 3
+    assert {t.checkpoint["id"] for t in limited + alimited} <= {checkpoint_id for _, checkpoint_id in expected}

@@ -84,6 +84,18 @@ def test_requests_are_encoded_as_the_schema_says() -> None:
     with pytest.raises(ValueError):
         ops.download_signed("/v1/attachments/123")
     assert ops.upload_attachment(b"x", expires_in=90).params == [("expiresIn", "90")]
+    with pytest.raises(ValueError, match="transfer_id"):
+        ops.get_transfer("")
+    downloads = [ops.download_attachment("a/1", if_none_match='"e"'),
+                 ops.admin_download_attachment("a/1", if_none_match='"e"'),
+                 ops.download_signed("/v1/attachments/download/t/f.txt", if_none_match='"e"')]
+    assert [call.path for call in downloads] == [
+        "/v1/attachments/a%2F1", "/v1/admin/attachments/a%2F1", "/v1/attachments/download/t/f.txt"]
+    assert [call.authenticated for call in downloads] == [True, True, False]  # a signed link sends no credentials
+    for call in downloads:
+        assert (call.method, call.idempotent, call.accept, call.follow_redirects) == ("GET", True, {304}, True)
+        assert call.headers == {"Accept": "*/*", "If-None-Match": '"e"'}
+    assert ops.download_attachment("a").headers == {"Accept": "*/*"}
 
 
 def test_an_exchange_is_the_steps_both_clients_perform() -> None:

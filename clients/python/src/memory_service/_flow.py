@@ -15,15 +15,19 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, Self, TypeVar
 
+from memory_service import _operations as ops
 from memory_service._base import Call, adrive, drive
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
 from memory_service.client import Client
-from memory_service.models import Page
+from memory_service.errors import NotFoundError
+from memory_service.models import Channel, Entry, Page
 
 T = TypeVar("T")
 
 Flow = Generator[Call[Any], Any, T]
+
+ENTRIES_PAGE = 200  # the service's largest page of entries
 
 
 def run(client: Client, flow: Flow[T]) -> T:
@@ -47,6 +51,27 @@ def every_page(make_call: Callable[[str | None], Call[Page[T]]]) -> Flow[list[T]
         if page.after_cursor is None or not page.data:
             return items
         cursor = page.after_cursor
+
+
+def conversation_entries(conversation_id: str, channel: Channel) -> Flow[list[Entry] | None]:
+    """Every entry of the conversation's ``channel``, oldest first, every page; None when the conversation does
+    not exist (a thread or session not written yet)."""
+    try:
+        entries = yield from every_page(lambda cursor: ops.list_entries(
+            conversation_id, channel=channel, limit=ENTRIES_PAGE, after_cursor=cursor
+        ))
+    except NotFoundError:
+        return None
+    return entries
+
+
+def delete_conversation(conversation_id: str) -> Flow[None]:
+    """Delete the conversation; one that is not there (never written, deleted already) is no error."""
+    try:
+        yield ops.delete_conversation(conversation_id)
+    except NotFoundError:
+        pass
+    return None
 
 
 class Clients:

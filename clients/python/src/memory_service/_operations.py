@@ -169,6 +169,36 @@ def _memory_address(namespace: Sequence[str], key: str) -> list[tuple[str, str]]
     return [*(("ns", segment) for segment in _namespace(namespace)), ("key", key)]
 
 
+@dataclass(frozen=True, slots=True)
+class _ItemPath:
+    """The path of one item of a collection, and of what is under it: ``collection/<id>/rest...`` (the id
+    percent-encoded; an empty one is a ValueError naming ``id_name``)."""
+
+    collection: str
+    id_name: str
+
+    def __call__(self, item_id: Id, *rest: str) -> str:
+        return "/".join((self.collection, _segment(item_id, self.id_name), *rest))
+
+
+_conversation_path = _ItemPath("/v1/conversations", "conversation_id")
+_transfer_path = _ItemPath("/v1/ownership-transfers", "transfer_id")
+_attachment_path = _ItemPath("/v1/attachments", "attachment_id")
+_admin_path = _ItemPath("/v1/admin/conversations", "conversation_id")
+_admin_attachment_path = _ItemPath("/v1/admin/attachments", "attachment_id")
+
+
+def _file_download(path: str, if_none_match: str | None, *, authenticated: bool = True) -> Call[None]:
+    """A file download, streamed by the clients (``parse`` is unused). A 304 is an answer (``if_none_match``, an
+    ETag the caller holds, matched); a 302 to an object store is followed (httpx drops the Authorization header
+    when the redirect leaves the service's origin)."""
+    headers = {"Accept": "*/*"}
+    if if_none_match:
+        headers["If-None-Match"] = if_none_match
+    return Call("GET", path, _none, idempotent=True, authenticated=authenticated, accept=frozenset({304}),
+                headers=headers, follow_redirects=True)
+
+
 # --- Identity and health ----------------------------------------------------------------------------------------
 
 
@@ -271,10 +301,6 @@ def list_memory_events(
 
 
 # --- Conversations ----------------------------------------------------------------------------------------------
-
-
-def _conversation_path(conversation_id: Id, *rest: str) -> str:
-    return "/".join(("/v1/conversations", _segment(conversation_id, "conversation_id"), *rest))
 
 
 def list_conversations(
@@ -394,10 +420,6 @@ def remove_membership(conversation_id: Id, user_id: str) -> Call[None]:
     return Call("DELETE", path, _none, idempotent=True)
 
 
-def _transfer_path(transfer_id: Id, *rest: str) -> str:
-    return "/".join(("/v1/ownership-transfers", _segment(transfer_id, "transfer_id"), *rest))
-
-
 def list_transfers(
     *, role: TransferRole | None = None, limit: int | None = None, after_cursor: str | None = None,
 ) -> Call[Page[OwnershipTransfer]]:
@@ -488,21 +510,11 @@ def upload_attachment(
                 files=parts, cleanup=cleanup)
 
 
-def _attachment_path(attachment_id: Id, *rest: str) -> str:
-    return "/".join(("/v1/attachments", _segment(attachment_id, "attachment_id"), *rest))
-
-
 def download_attachment(attachment_id: Id, *, if_none_match: str | None = None) -> Call[None]:
     """The file, streamed: use it as a context manager (``async with await`` on :class:`AsyncClient`) and read it
     with ``iter_bytes()``, ``read()`` or ``save(path)``. With ``if_none_match`` (an ETag you hold),
     ``not_modified`` may be True instead."""
-    # A 302 to an object store is followed (httpx drops the Authorization header when the redirect leaves the
-    # service's origin). The clients stream the answer: ``parse`` is unused.
-    headers = {"Accept": "*/*"}
-    if if_none_match:
-        headers["If-None-Match"] = if_none_match
-    return Call("GET", _attachment_path(attachment_id), _none, idempotent=True, accept=frozenset({304}),
-                headers=headers, follow_redirects=True)
+    return _file_download(_attachment_path(attachment_id), if_none_match)
 
 
 def download_signed(url: str, *, if_none_match: str | None = None) -> Call[None]:
@@ -511,11 +523,7 @@ def download_signed(url: str, *, if_none_match: str | None = None) -> Call[None]
     path = urlsplit(url).path if url.startswith(("http://", "https://")) else url
     if not path.startswith("/v1/attachments/download/"):
         raise ValueError("not a signed download URL of the service (/v1/attachments/download/<token>/<filename>)")
-    headers = {"Accept": "*/*"}
-    if if_none_match:
-        headers["If-None-Match"] = if_none_match
-    return Call("GET", url, _none, idempotent=True, authenticated=False, accept=frozenset({304}), headers=headers,
-                follow_redirects=True)
+    return _file_download(url, if_none_match, authenticated=False)
 
 
 def attachment_download_url(attachment_id: Id) -> Call[DownloadUrl]:
@@ -529,10 +537,6 @@ def delete_attachment(attachment_id: Id) -> Call[None]:
 
 
 # --- Admin ------------------------------------------------------------------------------------------------------
-
-
-def _admin_path(conversation_id: Id, *rest: str) -> str:
-    return "/".join(("/v1/admin/conversations", _segment(conversation_id, "conversation_id"), *rest))
 
 
 def admin_list_conversations(
@@ -586,11 +590,7 @@ def admin_list_attachments(
 def admin_download_attachment(attachment_id: Id, *, if_none_match: str | None = None) -> Call[None]:
     """Any attachment's file, streamed as ``download_attachment`` (auditor or admin role: the user download gives
     them no bypass; audit-logged)."""
-    headers = {"Accept": "*/*"}
-    if if_none_match:
-        headers["If-None-Match"] = if_none_match
-    path = "/v1/admin/attachments/" + _segment(attachment_id, "attachment_id")
-    return Call("GET", path, _none, idempotent=True, accept=frozenset({304}), headers=headers, follow_redirects=True)
+    return _file_download(_admin_attachment_path(attachment_id), if_none_match)
 
 
 # --- Live events ------------------------------------------------------------------------------------------------

@@ -17,16 +17,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from memory_service import _operations as ops
-from memory_service._flow import Clients, Flow, UsesClients, arun, every_page, run
+from memory_service._flow import Clients, Flow, UsesClients, arun, conversation_entries, delete_conversation, run
 from memory_service._ids import conversation_id_for
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
 from memory_service.client import Client
-from memory_service.errors import NotFoundError
 
 # The contentType of the entries this history writes (D10: "history/<flavour>"); it reads every history entry.
 CONTENT_TYPE = "history/langchain"
-ENTRIES_PAGE = 200
 
 
 class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
@@ -85,21 +83,16 @@ class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
         await arun(self._clients.async_, self._append(messages))
 
     def clear(self) -> None:
-        run(self._clients.sync, self._clear())
+        run(self._clients.sync, delete_conversation(self.conversation_id))
 
     async def aclear(self) -> None:
-        await arun(self._clients.async_, self._clear())
+        await arun(self._clients.async_, delete_conversation(self.conversation_id))
 
     # --- Flows ----------------------------------------------------------------------------------------------------
 
     def _read(self) -> Flow[list[BaseMessage]]:
-        try:
-            entries = yield from every_page(lambda cursor: ops.list_entries(
-                self.conversation_id, channel="history", limit=ENTRIES_PAGE, after_cursor=cursor
-            ))
-        except NotFoundError:
-            return []
-        return [_message(item) for entry in entries for item in entry.content]
+        entries = yield from conversation_entries(self.conversation_id, "history")
+        return [_message(item) for entry in entries or () for item in entry.content]
 
     def _append(self, messages: Sequence[BaseMessage]) -> Flow[None]:
         runs: list[list[dict[str, Any]]] = []
@@ -111,13 +104,6 @@ class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
                 runs.append([item])
         for content in runs:
             yield ops.append_entry(self.conversation_id, content, channel="history", content_type=CONTENT_TYPE)
-        return None
-
-    def _clear(self) -> Flow[None]:
-        try:
-            yield ops.delete_conversation(self.conversation_id)
-        except NotFoundError:
-            pass
         return None
 
 

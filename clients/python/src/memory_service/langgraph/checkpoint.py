@@ -33,7 +33,16 @@ except ImportError:  # an older langgraph-checkpoint without it: the same order,
 
 
 from memory_service import _operations as ops
-from memory_service._flow import Clients, Flow, UsesClients, arun, every_page, run
+from memory_service._flow import (
+    Clients,
+    Flow,
+    UsesClients,
+    arun,
+    conversation_entries,
+    delete_conversation,
+    every_page,
+    run,
+)
 from memory_service._ids import conversation_id_for
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
@@ -43,7 +52,6 @@ from memory_service.models import Entry
 
 # The contentType of the saver's context entries: other context entries of the same client are left alone.
 CONTENT_TYPE = "langgraph-checkpoint"
-ENTRIES_PAGE = 200  # the service's maximum page of entries
 DEFAULT_MAX_ENTRY_BYTES = 200_000  # under the service's 256 KiB per entry (CONVERSATION_ENTRY_MAX_CONTENT_BYTES)
 MAX_ITEMS_PER_ENTRY = 1000  # the service's CONVERSATION_ENTRY_MAX_ITEMS
 
@@ -122,7 +130,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
     ) -> Iterator[CheckpointTuple]:
         client = self._clients.sync
         remaining = limit
-        for thread_id in self._thread_ids(config, lambda flow: run(client, flow)):
+        for thread_id in run(client, self._thread_ids(config)):
             if remaining is not None and remaining <= 0:
                 return
             found = run(client, self._list_thread(thread_id, config, filter, before, remaining))
@@ -142,7 +150,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
         run(self._clients.sync, self._put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        run(self._clients.sync, self._delete_thread(thread_id))
+        run(self._clients.sync, delete_conversation(conversation_id_for(str(thread_id))))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         run(self._clients.sync, self._copy_thread(source_thread_id, target_thread_id))
@@ -162,11 +170,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
     ) -> AsyncIterator[CheckpointTuple]:
         client = self._clients.async_
         remaining = limit
-        if config is not None:
-            thread_ids = [str(config["configurable"]["thread_id"])]
-        else:
-            thread_ids = await arun(client, self._all_thread_ids())
-        for thread_id in thread_ids:
+        for thread_id in await arun(client, self._thread_ids(config)):
             if remaining is not None and remaining <= 0:
                 return
             found = await arun(client, self._list_thread(thread_id, config, filter, before, remaining))
@@ -187,7 +191,7 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
         await arun(self._clients.async_, self._put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await arun(self._clients.async_, self._delete_thread(thread_id))
+        await arun(self._clients.async_, delete_conversation(conversation_id_for(str(thread_id))))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await arun(self._clients.async_, self._copy_thread(source_thread_id, target_thread_id))
@@ -286,13 +290,6 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
             found.append(self._tuple(log, log.thread_ids.get((ns, checkpoint_id), thread_id), ns, checkpoint_id))
         return found
 
-    def _delete_thread(self, thread_id: str) -> Flow[None]:
-        try:
-            yield ops.delete_conversation(conversation_id_for(str(thread_id)))
-        except NotFoundError:
-            pass
-        return None
-
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[None]:
         entries = yield from self._entries(str(source_thread_id))
         if not entries:
@@ -304,29 +301,22 @@ class MemoryServiceCheckpointSaver(BaseCheckpointSaver[str], UsesClients):
         yield from self._append(str(target_thread_id), records)
         return None
 
-    def _all_thread_ids(self) -> Flow[ThreadIds]:
-        """Every conversation the caller can see that holds this client's checkpoints (for ``list(None)``)."""
+    def _thread_ids(self, config: RunnableConfig | None) -> Flow[ThreadIds]:
+        """The threads ``list`` walks: the config's, or (``list(None)``) every conversation the caller can see (a
+        conversation's id is its thread id; those without this client's checkpoints list nothing)."""
+        if config is not None:
+            return [str(config["configurable"]["thread_id"])]
         conversations = yield from every_page(
             lambda cursor: ops.list_conversations(mode="all", limit=200, after_cursor=cursor)
         )
         return [conversation.id for conversation in conversations]
 
-    def _thread_ids(self, config: RunnableConfig | None, drive: Any) -> ThreadIds:
-        if config is not None:
-            return [str(config["configurable"]["thread_id"])]
-        ids: list[str] = drive(self._all_thread_ids())
-        return ids
-
     # --- Reading and writing the log ------------------------------------------------------------------------------
 
     def _entries(self, thread_id: str) -> Flow[Entries | None]:
         """Every context entry of the thread's conversation, oldest first, every page; None: no such thread."""
-        conversation_id = conversation_id_for(thread_id)
-        try:
-            entries = yield from every_page(lambda cursor: ops.list_entries(
-                conversation_id, channel="context", limit=ENTRIES_PAGE, after_cursor=cursor
-            ))
-        except NotFoundError:
+        entries = yield from conversation_entries(conversation_id_for(thread_id), "context")
+        if entries is None:
             return None
         return [entry for entry in entries if entry.content_type == CONTENT_TYPE]
 
