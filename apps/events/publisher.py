@@ -189,7 +189,9 @@ def _recover(generation: int) -> None:
             _append_invalidates(pipe, missed)
             pipe.ping()
             pipe.execute()
-        except redis.RedisError:
+        except Exception as exc:  # Redis down, or anything else: the thread never dies with _recovering still set
+            if not isinstance(exc, redis.RedisError):
+                logger.exception("event publish recovery failed")
             with _lock:
                 _restore_missed(missed)
             delay = min(delay * 2, max(settings.SSE_PUBLISH_BACKOFF_SECONDS, _FIRST_RETRY_SECONDS))

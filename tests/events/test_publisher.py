@@ -179,6 +179,31 @@ def test_a_write_racing_the_end_of_recovery_is_not_left_owed_with_no_recovery_ru
     assert _received(owner) == [json.loads(payload)]
     assert publisher._missed == {}
 
+
+def test_the_recovery_outlives_an_error_that_is_not_redis(monkeypatch):
+    """Publishing waits for the recovery thread while it runs: a thread ended by an unexpected error (not a
+    RedisError) would leave every later write of the process owing an invalidate that nothing sends."""
+    owner = _user("owner")
+    conversation = _conversation({owner: "owner"})
+    real_pipeline = redis.Redis.pipeline
+    failures = [redis.ConnectionError("Redis is down"), RuntimeError("unexpected")]
+
+    def failing_pipeline(self, *args, **kwargs):
+        pipe = real_pipeline(self, *args, **kwargs)
+        if failures:
+            error = failures.pop(0)
+            pipe.execute = lambda: (_ for _ in ()).throw(error)
+        return pipe
+
+    monkeypatch.setattr(redis.Redis, "pipeline", failing_pipeline)
+    with transaction.atomic():
+        publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "lost"})
+    deadline = time.monotonic() + 10
+    while not _received(owner) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert failures == []  # the write, then the recovery's first try, failed
+    assert _received(owner) == [{"event": "invalidate", "kind": "stream", "data": {}}]
+
 # --- OpenAPI ----------------------------------------------------------------------------------------------------
 
 
