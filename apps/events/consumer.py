@@ -221,9 +221,10 @@ class EventStreamConsumer(AsyncHttpConsumer):
             if self._expiry is not None:
                 self._expiry.cancel()
             hub.unregister(subscriber)
-            metrics.SSE_CONNECTIONS.dec()
             with contextlib.suppress(redis.RedisError, RuntimeError):
                 await asyncio.shield(client.zrem(streams.connections_key(subscriber.user_id), subscriber.connection_id))
+            # Counted gone once nothing of it is left, its slot in the per-user limit included.
+            metrics.SSE_CONNECTIONS.dec()
             token = set_request_id(self.request_id)
             access_log.info(
                 "request",

@@ -40,7 +40,6 @@ logger = logging.getLogger(__name__)
 _MISSED_LIMIT = 10_000
 _lock = threading.Lock()
 _missed: dict[str, int] = {}
-_paused_until = 0.0
 _recovering = False
 _generation = 0  # bumped to end a running recovery thread (the tests' fresh_publisher fixture does)
 _FIRST_RETRY_SECONDS = 0.5
@@ -110,11 +109,13 @@ def flush() -> None:
 
 
 def _send(recipients: list[str], payload: bytes, kind: str) -> None:
-    global _paused_until
-    if _recovering or time.monotonic() < _paused_until:
-        _remember(recipients)
-        return
-    missed = _take_missed()
+    with _lock:
+        if _recovering:
+            # The recovery thread owns Redis until it finds nothing owed (checked under this lock): this event
+            # becomes an owed invalidate too.
+            _remember(recipients)
+            return
+        missed = _take_missed()
     try:
         pipe = get_client().pipeline(transaction=False)
         _append_invalidates(pipe, missed)
@@ -122,15 +123,15 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
             pipe.eval(*streams.append_args(user, "e", payload))
         pipe.execute()
     except redis.RedisError as exc:
-        _paused_until = time.monotonic() + settings.SSE_PUBLISH_BACKOFF_SECONDS
-        _restore_missed(missed)
-        _remember(recipients)
+        with _lock:
+            _restore_missed(missed)
+            _remember(recipients)
+        _start_recovery()
         metrics.SSE_PUBLISH_FAILURES.inc()
         # Never the payload: ids only, but the log line need not carry them either.
         logger.warning(
             "event publish failed", extra={"kind": kind, "recipients": len(recipients), "error": type(exc).__name__}
         )
-        _start_recovery()
         return
     if missed:
         logger.info("invalidate sent after publish failures", extra={"recipients": len(missed)})
@@ -141,27 +142,27 @@ def _append_invalidates(pipe, missed: dict[str, int]) -> None:
         pipe.eval(*streams.append_args(user, "i", str(newest_ms)))
 
 
+# The three helpers below read and write ``_missed``: their callers hold ``_lock``.
+
+
 def _take_missed() -> dict[str, int]:
-    with _lock:
-        missed = dict(_missed)
-        _missed.clear()
+    missed = dict(_missed)
+    _missed.clear()
     return missed
 
 
 def _restore_missed(missed: dict[str, int]) -> None:
-    with _lock:
-        for user, newest_ms in missed.items():
-            _missed[user] = max(newest_ms, _missed.get(user, 0))
+    for user, newest_ms in missed.items():
+        _missed[user] = max(newest_ms, _missed.get(user, 0))
 
 
 def _remember(users: list[str]) -> None:
     now_ms = int(time.time() * 1000)
-    with _lock:
-        for user in users:
-            if user not in _missed and len(_missed) >= _MISSED_LIMIT:
-                logger.error("too many users missed events to remember; some clients will not be told to refetch")
-                return
-            _missed[user] = now_ms
+    for user in users:
+        if user not in _missed and len(_missed) >= _MISSED_LIMIT:
+            logger.error("too many users missed events to remember; some clients will not be told to refetch")
+            return
+        _missed[user] = now_ms
 
 
 def _start_recovery() -> None:
@@ -175,20 +176,24 @@ def _start_recovery() -> None:
 
 
 def _recover(generation: int) -> None:
-    global _recovering, _paused_until
+    global _recovering
     delay = _FIRST_RETRY_SECONDS
     while True:
         time.sleep(delay)
         if generation != _generation:
             return
-        missed = _take_missed()
+        with _lock:
+            missed = _take_missed()
         try:
             pipe = get_client().pipeline(transaction=False)
             _append_invalidates(pipe, missed)
             pipe.ping()
             pipe.execute()
-        except redis.RedisError:
-            _restore_missed(missed)
+        except Exception as exc:  # Redis down, or anything else: the thread never dies with _recovering still set
+            if not isinstance(exc, redis.RedisError):
+                logger.exception("event publish recovery failed")
+            with _lock:
+                _restore_missed(missed)
             delay = min(delay * 2, max(settings.SSE_PUBLISH_BACKOFF_SECONDS, _FIRST_RETRY_SECONDS))
             continue
         with _lock:
@@ -196,7 +201,6 @@ def _recover(generation: int) -> None:
                 delay = 0.0
                 continue
             _recovering = False
-            _paused_until = 0.0
         logger.info("event publishing recovered; invalidate sent", extra={"recipients": len(missed)})
         return
 

@@ -82,10 +82,9 @@ def server(web_servers, event_valkey, transactional_db, settings) -> LiveService
 
 @pytest.fixture
 def fresh_publisher(monkeypatch) -> None:
-    """The publisher's memory of a Redis failure (users owed an ``invalidate``, the pause after it) starts empty and
-    is put back afterwards, so no test sees another's."""
+    """The publisher's memory of a Redis failure (users owed an ``invalidate``, the recovery under way) starts empty
+    and is put back afterwards, so no test sees another's."""
     monkeypatch.setattr(publisher, "_missed", {})
-    monkeypatch.setattr(publisher, "_paused_until", 0.0)
     monkeypatch.setattr(publisher, "_recovering", False)
     # A recovery thread an earlier test left running sees the generation change and ends.
     monkeypatch.setattr(publisher, "_generation", publisher._generation + 1)

@@ -160,6 +160,50 @@ def test_publishing_pauses_after_a_failure_instead_of_timing_out_every_write(mon
     assert calls.count(True) == 1  # only the first write tried Redis; the recovery thread tries for the others
 
 
+
+def test_a_write_racing_the_end_of_recovery_is_not_left_owed_with_no_recovery_running(monkeypatch):
+    """The recovery thread ends, under the publisher's lock, when nothing is owed. A write that had seen it running
+    and remembered its recipients after it ended left them owed with nobody to send it: no invalidate until some
+    later write. The write now checks and remembers under that same lock, so it either stays owed to a running
+    recovery or, as here, finds it over and sends its event itself."""
+    owner = _user("owner")
+    conversation = _conversation({owner: "owner"})
+    payload = streams.encode_event("created", "entry", {"conversationId": conversation, "entryId": "e1"})
+    monkeypatch.setattr(publisher, "_recovering", True)
+    with publisher._lock:
+        writer = threading.Thread(target=publisher._send, args=([owner], payload, "entry"))
+        writer.start()
+        time.sleep(0.2)  # the write reaches the lock
+        publisher._recovering = False  # what the recovery thread does once nothing is owed, holding the lock
+    writer.join(5)
+    assert _received(owner) == [json.loads(payload)]
+    assert publisher._missed == {}
+
+
+def test_the_recovery_outlives_an_error_that_is_not_redis(monkeypatch):
+    """Publishing waits for the recovery thread while it runs: a thread ended by an unexpected error (not a
+    RedisError) would leave every later write of the process owing an invalidate that nothing sends."""
+    owner = _user("owner")
+    conversation = _conversation({owner: "owner"})
+    real_pipeline = redis.Redis.pipeline
+    failures = [redis.ConnectionError("Redis is down"), RuntimeError("unexpected")]
+
+    def failing_pipeline(self, *args, **kwargs):
+        pipe = real_pipeline(self, *args, **kwargs)
+        if failures:
+            error = failures.pop(0)
+            pipe.execute = lambda: (_ for _ in ()).throw(error)
+        return pipe
+
+    monkeypatch.setattr(redis.Redis, "pipeline", failing_pipeline)
+    with transaction.atomic():
+        publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "lost"})
+    deadline = time.monotonic() + 10
+    while not _received(owner) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert failures == []  # the write, then the recovery's first try, failed
+    assert _received(owner) == [{"event": "invalidate", "kind": "stream", "data": {}}]
+
 # --- OpenAPI ----------------------------------------------------------------------------------------------------
 
 
