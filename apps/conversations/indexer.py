@@ -58,8 +58,8 @@ class ConversationIndexer(indexing.Indexer):
             arms.append("t.indexed_content IS NULL AND t.channel = 'history'")
         return arms
 
-    def ensure_index(self, dimension: int) -> None:
-        vector_index.ensure_index(dimension)
+    def check_index(self, dimension: int) -> None:
+        vector_index.check_index(dimension)
 
     def load(self, ids: list) -> list[tuple]:
         with connection.cursor() as cursor:

@@ -42,10 +42,6 @@ def check_index(dimension: int) -> bool:
     return vectors.check_hnsw_index(index_name(dimension))
 
 
-# The indexer's name for check_index (apps.conversations.indexer calls it each cycle).
-ensure_index = check_index
-
-
 @dataclass(frozen=True)
 class Neighbour:
     conversation_id: UUID

@@ -146,7 +146,7 @@ class Indexer(ABC):
         and mark them done (with ``CLEARED_STATE_SQL``); returns how many rows were stored."""
 
     @abstractmethod
-    def ensure_index(self, dimension: int) -> None:
+    def check_index(self, dimension: int) -> None:
         """Look up the vector index for ``dimension`` (a warning when missing): ``manage.py migrate`` creates it,
         never a worker, which may run as a database role without DDL rights (apps.core.vectors)."""
 
@@ -163,7 +163,7 @@ class Indexer(ABC):
         report = CycleReport(removed=self.before_cycle(batch_size))
         provider = get_provider()
         model = vectors.model_tag(provider)
-        self.ensure_index(provider.dimension)
+        self.check_index(provider.dimension)
         for _ in range(max_batches):
             rows = self.claim(batch_size)
             if not rows:

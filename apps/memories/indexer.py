@@ -37,8 +37,8 @@ class MemoryIndexer(indexing.Indexer):
     def pending(self) -> list[str]:
         return ["t.index_status = 'pending' AND t.state = 'active'"]
 
-    def ensure_index(self, dimension: int) -> None:
-        vector_index.ensure_index(dimension)
+    def check_index(self, dimension: int) -> None:
+        vector_index.check_index(dimension)
 
     def before_cycle(self, batch_size: int) -> int:
         removed = 0

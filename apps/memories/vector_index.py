@@ -48,10 +48,6 @@ def check_index(dimension: int) -> bool:
     return vectors.check_hnsw_index(index_name(int(dimension)))
 
 
-# The indexer's name for check_index (apps.memories.indexer calls it each cycle).
-ensure_index = check_index
-
-
 @dataclass(frozen=True)
 class Neighbour:
     memory_id: Any
