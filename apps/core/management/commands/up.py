@@ -104,8 +104,8 @@ class Command(BaseCommand):
 
     def _prepare_embeddings(self) -> None:
         """Check the embedding devices and make the local model's ONNX export (once, cached) before the web server
-        and the worker start, so they load it instead of racing to make it; torch runs in a subprocess only."""
-        from apps.core import startup
+        and the worker start, so they load it instead of racing to make it (``provider.prepare`` does both). The
+        export imports torch in a subprocess; only probing a CUDA device (EMBEDDING_DEVICE=cuda) imports it here."""
         from apps.core.embeddings import EmbeddingError, get_provider
         from apps.core.embeddings.local import LocalEmbeddingProvider
 
@@ -116,7 +116,6 @@ class Command(BaseCommand):
         ready = []
         for purpose in ("queries", "documents"):
             try:
-                startup.check_embedding_device(purpose)
                 path = provider.prepare(purpose, progress=self.stdout.write)
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc)) from exc
