@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from config.settings.test import valkey_database_url, xdist_valkey_databases
+from tests.conftest import pytest_xdist_node_collection_finished
 
 
 @pytest.mark.parametrize("workers", range(1, 8))
@@ -54,3 +55,10 @@ def test_this_process_uses_its_own_layout() -> None:
         assert urlsplit(url).path == f"/{own}", url
     assert [urlsplit(url).path for url in settings.TEST_CELERY_BROKER_URLS] == [f"/{database}" for database in brokers]
     assert {urlsplit(url).netloc for url in settings.TEST_CELERY_BROKER_URLS} == {urlsplit(settings.REDIS_URL).netloc}
+
+
+def test_a_node_id_shared_by_several_tests_stops_an_xdist_run() -> None:
+    """xdist schedules by node id: of tests sharing one it runs one and reports the others nowhere."""
+    pytest_xdist_node_collection_finished(None, ["t.py::a[1]", "t.py::a[2]", "t.py::b"])
+    with pytest.raises(pytest.exit.Exception, match=r"1 node ids .* e\.g\. t\.py::a$"):
+        pytest_xdist_node_collection_finished(None, ["t.py::a", "t.py::a", "t.py::b"])
