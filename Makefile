@@ -26,7 +26,8 @@ run: $(VENV)/.installed
 	$(BIN)/python manage.py up --port $(PORT)
 
 # Two pytest-xdist workers, a test file each at a time (module fixtures stay in one process): much of the suite waits
-# on servers and workers it starts, so two processes fill two cores. TEST_WORKERS=0 runs in this process alone.
+# on servers and workers it starts, so two processes fill two cores. TEST_WORKERS=0 runs in this process alone; at
+# most 7 (each takes a database of the test Valkey: config/settings/test.py).
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-dev

@@ -19,13 +19,9 @@ from tests.conftest import service_env
 
 
 def broker_url() -> str:
-    """A database of the test Valkey of its own (8-15), so the workers here see no other test's (or run's) tasks.
-    Under pytest-xdist each test worker draws from its own share of those databases."""
-    base, _, _db = settings.CELERY_BROKER_URL.rpartition("/")
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    share = max(1, 8 // workers)
-    return f"{base}/{8 + (worker * share) % 8 + random.randrange(share)}"
+    """A database of the test Valkey of its own, so the workers here see no other test's (or run's) tasks: one of
+    this test process's share of databases 8-15 (config/settings/test.py)."""
+    return random.choice(settings.TEST_CELERY_BROKER_URLS)
 
 
 def start_worker(

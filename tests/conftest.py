@@ -4,6 +4,7 @@ real embedded PostgreSQL with pgvector; the session stops the embedded servers i
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
@@ -49,6 +50,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if isinstance(item, SchemathesisFunction) and not item.nodeid.endswith(f"::{item.name}"):
             item._id = item.parent.id.child(item.name)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """A node id still shared by several items (another plugin, a Schemathesis that builds items otherwise) stops the
+    run at once: xdist would run one of them and lose the others without a word."""
+    shared = sorted(nodeid for nodeid, count in Counter(ids).items() if count > 1)
+    if shared:
+        message = f"{len(shared)} node ids name several tests each (xdist would run one of each), e.g. {shared[0]}"
+        pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool
 
@@ -28,14 +31,34 @@ PRELOAD_TORCH = env_bool("PRELOAD_TORCH", True)
 # Tests add vectors between searches of the same scope; a cached scope size would hide the plan they expect.
 MEMORY_VECTOR_SCOPE_SIZE_CACHE_SECONDS = 0
 
-# pytest-xdist (make test runs two worker processes): each worker gets a Valkey database of its own for the indexers'
-# wake flags and Celery's queue, and an event-stream prefix of its own (Redis pub/sub channels ignore the database
-# number), so one worker's writes never wake, feed or notify the other's. The Celery workers tests start use
-# databases 8-15 (tests/celery_workers.py).
+
+# Valkey databases (16, the server's default): a run in one process keeps the URL's own (0); under pytest-xdist (make
+# test runs two worker processes) each worker gets one of 1-7 for the indexers' wake flags and Celery's queue, and an
+# event-stream prefix of its own (Redis pub/sub channels ignore the database number), so one worker's writes never
+# wake, feed or notify the other's. 8-15 are the brokers of the Celery workers tests start (tests/celery_workers.py),
+# split evenly between the xdist workers.
+def xdist_valkey_databases(worker: int, workers: int) -> tuple[int, range]:
+    """xdist worker ``worker`` (0-based) of ``workers``: its own database and its share of the Celery brokers'. More
+    than 7 workers would share a database: refused here rather than left to show as flaky tests."""
+    if workers > 7:
+        raise ImproperlyConfigured(f"{workers} pytest-xdist workers: at most 7 (each takes a test Valkey database)")
+    share = 8 // workers
+    return 1 + worker, range(8 + worker * share, 8 + (worker + 1) * share)
+
+
+def valkey_database_url(url: str, database: int) -> str:
+    """``url`` with its database (the path) replaced; a URL without one (``redis://host:6379``) gets one."""
+    return urlsplit(url)._replace(path=f"/{database}").geturl()
+
+
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_broker_databases = range(8, 16)
 if _XDIST_WORKER:
-    _worker = int(_XDIST_WORKER.removeprefix("gw"))
-    REDIS_URL = f"{REDIS_URL.rpartition('/')[0]}/{1 + _worker % 7}"  # noqa: F405
+    _database, _broker_databases = xdist_valkey_databases(
+        int(_XDIST_WORKER.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    )
+    REDIS_URL = valkey_database_url(REDIS_URL, _database)  # noqa: F405
     CELERY_BROKER_URL = REDIS_URL
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    CHANNEL_LAYERS = {"default": {**CHANNEL_LAYERS["default"], "CONFIG": {"hosts": [REDIS_URL]}}}  # noqa: F405
     SSE_REDIS_PREFIX = f"sse-{_XDIST_WORKER}:"
+TEST_CELERY_BROKER_URLS = [valkey_database_url(REDIS_URL, database) for database in _broker_databases]
