@@ -3,6 +3,7 @@ real embedded PostgreSQL with pgvector; the session stops the embedded servers i
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -68,17 +69,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     first test that needs the model waits on the export's lock (apps.core.embeddings.onnx_export) for what is left,
     instead of exporting (about 20 s) while the other worker waits on that lock too."""
     import subprocess
-    import sys
 
     from apps.core.embeddings import minilm, onnx_export
 
     cache_dir = settings.EMBEDDING_ONNX_DIR
-    if hasattr(session.config, "workerinput") or onnx_export.cached_export(cache_dir, minilm.model_path()):
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
         return
-    command = [sys.executable, "-m", "apps.core.embeddings.onnx_export", "--cache-dir", str(cache_dir)]
-    session.config.stash[_EXPORT] = subprocess.Popen(
-        command, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    if onnx_export.cached_export(cache_dir, minilm.model_path()) is None:
+        # Its failure is not reported here: the first model test then exports itself and fails with the reason.
+        session.config.stash[_EXPORT] = onnx_export.start_export_subprocess(
+            cache_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
 
 _EXPORT = pytest.StashKey["subprocess.Popen[bytes]"]()
@@ -86,8 +87,12 @@ _EXPORT = pytest.StashKey["subprocess.Popen[bytes]"]()
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     export = session.config.stash.get(_EXPORT, None)
-    if export is not None:
-        export.wait()  # done long before; never leave it behind
+    if export is not None:  # done long before, unless no test needed the model; never leave it behind
+        try:
+            export.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            export.kill()
+            export.wait()
     if embedded_services.started_here:
         embedded_services.stop(only=set(embedded_services.started_here))
 

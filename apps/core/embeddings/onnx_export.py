@@ -198,18 +198,28 @@ def check(model_dir: Path, onnx_file: Path) -> dict[str, float]:
     return report
 
 
-def export_in_subprocess(cache_dir: Path, model_dir: Path | None = None, *, timeout: float = 600) -> Path:
-    """``ensure_export`` in a child process, so torch is never imported by the caller (a web or worker process)."""
+def start_export_subprocess(cache_dir: Path, model_dir: Path | None = None, **popen: Any) -> subprocess.Popen:
+    """``ensure_export`` in a child process, started and not waited for, so torch is never imported by the caller
+    (a web or worker process). ``popen``: subprocess.Popen's options for its output."""
     model_dir = Path(model_dir or model_path())
     command = [sys.executable, "-m", __name__, "--cache-dir", str(cache_dir), "--model-dir", str(model_dir)]
     root = Path(__file__).resolve().parents[3]  # the repository: `apps` must be importable by the child
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen(command, cwd=root, env=environment, **popen)
+
+
+def export_in_subprocess(cache_dir: Path, model_dir: Path | None = None, *, timeout: float = 600) -> Path:
+    """``ensure_export`` in a child process, waited for; its path."""
+    model_dir = Path(model_dir or model_path())
+    child = start_export_subprocess(cache_dir, model_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        done = subprocess.run(command, cwd=root, env=environment, capture_output=True, text=True, timeout=timeout)
+        _, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
+        child.kill()
+        child.communicate()
         raise EmbeddingError(f"the ONNX export of {MODEL_NAME} did not finish within {timeout:.0f}s") from exc
-    if done.returncode != 0:
-        raise EmbeddingError(f"the ONNX export of {MODEL_NAME} failed: {done.stderr.strip()[-2000:]}")
+    if child.returncode != 0:
+        raise EmbeddingError(f"the ONNX export of {MODEL_NAME} failed: {stderr.strip()[-2000:]}")
     return export_path(cache_dir, model_dir)
 
 
