@@ -6,11 +6,13 @@ from __future__ import annotations
 import threading
 import time
 import urllib.request
+from functools import partial
 
 import pytest
 from django.conf import settings
 
 from apps.core.redis_client import get_client
+from tests.concurrency import run_concurrently
 from tests.conftest import _mint
 from tests.events.conftest import SSEClient, assert_silent, wait_until
 
@@ -299,24 +301,12 @@ def test_32_concurrent_appends_each_delivered_once_in_one_order_on_both_processe
     alice = make_user()
     conversation = alice.create_conversation()
     listeners = [alice.stream("?kinds=entry", on=one), alice.stream("?kinds=entry", on=two)]
-    appended: list[str] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def append(index):
-        try:
-            entry = alice.append(conversation, f"message {index}", on=(one, two)[index % 2])
-            with lock:
-                appended.append(entry["id"])
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=append, args=(i,)) for i in range(32)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    appended = [
+        entry["id"]
+        for entry in run_concurrently(
+            [partial(alice.append, conversation, f"message {i}", on=(one, two)[i % 2]) for i in range(32)]
+        )
+    ]
     status, page = alice.call("GET", f"/v1/conversations/{conversation}/entries?limit=50")
     assert status == 200
     commit_order = [entry["id"] for entry in page["data"]]

@@ -37,8 +37,11 @@ pytestmark = pytest.mark.django_db
 )
 def test_own_namespace_allows_write_read_delete(bob, namespace):
     assert put(bob, namespace, "k", {"v": 1}).status_code == 200
-    assert get(bob, namespace, "k").status_code == 200
+    response = get(bob, namespace, "k")
+    assert response.status_code == 200
+    assert response.json()["value"] == {"v": 1} and response.json()["namespace"] == namespace
     assert delete(bob, namespace, "k").status_code == 204
+    assert get(bob, namespace, "k").status_code == 404
 
 
 @pytest.mark.parametrize(
