@@ -71,7 +71,7 @@ bench-conversation-search: $(VENV)/.installed-dev
 	$(BIN)/python bench/conversation_search.py $(BENCH_ARGS)
 
 services-stop: $(VENV)/.installed
-	$(BIN)/python -m config.embedded_services stop
+	$(BIN)/python -m apps.runtime.embedded_services stop
 
 clean-data: $(VENV)/.installed
-	$(BIN)/python -m config.embedded_services reset
+	$(BIN)/python -m apps.runtime.embedded_services reset

@@ -83,7 +83,7 @@ def embedded_postgres_url() -> str:
     import warnings
 
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
-    from config import embedded_services
+    from apps.runtime import embedded_services
 
     return embedded_services.postgres_url()
 
@@ -99,7 +99,7 @@ def recreate_database(server_url: str, dbname: str) -> str:
     import psycopg
     from psycopg import sql
 
-    from config import embedded_services
+    from apps.runtime import embedded_services
 
     if dbname == embedded_services.DATABASE_NAME:
         raise BenchError(f"refusing to drop the service's own database {dbname!r}")
@@ -165,7 +165,7 @@ def postgres_version(database_url: str) -> str:
 
 def postmaster_pid() -> int | None:
     """PID of the embedded PostgreSQL's postmaster (first line of postmaster.pid), for CPU accounting."""
-    from config import embedded_services
+    from apps.runtime import embedded_services
 
     try:
         return int((embedded_services.data_dir() / "postgres" / "postmaster.pid").read_text().split()[0])
@@ -238,7 +238,7 @@ def web_server(
     )
     command = [
         str(VENV_BIN / "gunicorn"), *gunicorn_args, app,
-        "-k", "config.http_server.ServiceUvicornWorker",
+        "-k", "apps.runtime.http_server.ServiceUvicornWorker",
         "--bind", f"{host}:{port}",
         "--workers", str(workers),
         "--graceful-timeout", "10",

@@ -232,7 +232,7 @@ def recall(args, query_vectors: list, provider) -> dict[str, float]:
     from django.conf import settings
 
     from apps.conversations import vector_index
-    from apps.core import vectors
+    from apps.retrieval import vectors
 
     out = {}
     for user in READERS:
@@ -291,8 +291,8 @@ def main(argv: Sequence[str]) -> int:
     h.setup_django(database_url, EMBEDDING_PROVIDER="local", REDIS_URL=redis_url)
     from django.db import connection
 
-    from apps.core import vectors
-    from apps.core.embeddings import get_provider
+    from apps.retrieval import vectors
+    from apps.retrieval.embeddings import get_provider
 
     provider = get_provider()
     model = vectors.model_tag(provider)

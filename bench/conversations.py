@@ -376,7 +376,7 @@ def main(argv: Sequence[str]) -> int:
     h.setup_django(database_url)
     data = load(args, database_url)
 
-    from apps.core.auth.principal import Principal
+    from apps.identity.principal import Principal
 
     info: dict[str, Any] = {}
     rows: list[Row] = []

@@ -2,7 +2,7 @@
 CPU: what a Celery worker with ``EMBEDDING_DEVICE=cuda`` gains (README, "Scaling").
 
 Needs python with torch (a CUDA build for --device cuda), transformers, sentence-transformers, tokenizers,
-onnxruntime and numpy; not Django nor the service's other dependencies (``apps.core.embeddings`` imports without
+onnxruntime and numpy; not Django nor the service's other dependencies (``apps.retrieval.embeddings`` imports without
 them). The model directory is an argument: a sentence-transformers directory of all-MiniLM-L6-v2 (or a copy with
 fp16 weights: ``--upcast`` converts them to fp32 first, into a temporary copy).
 
@@ -111,7 +111,7 @@ def write_fp16_copy(model_dir: Path | None, destination: Path) -> None:
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
-    from apps.core.embeddings import minilm
+    from apps.retrieval.embeddings import minilm
 
     source = model_dir or minilm.model_path()
     shutil.copytree(source, destination, ignore=shutil.ignore_patterns("model.safetensors", "README.md", ".gitattributes"))
@@ -191,7 +191,7 @@ def profile_child(backend: str, model_dir: Path, onnx_dir: Path, documents: int)
     else:
         import onnxruntime  # noqa: F401
         import tokenizers  # noqa: F401
-    from apps.core.embeddings.local import LocalEmbeddingProvider, load
+    from apps.retrieval.embeddings.local import LocalEmbeddingProvider, load
 
     imported = time.perf_counter()
     provider = LocalEmbeddingProvider(backend=backend, threads=1, model_dir=model_dir, onnx_dir=onnx_dir)
@@ -252,9 +252,9 @@ def main(argv: list[str]) -> int:
         return 0
 
     started = time.monotonic()
-    from apps.core.embeddings import minilm, onnx_export
-    from apps.core.embeddings.local import LocalEmbeddingProvider, load
     from apps.core.native import torch_environment
+    from apps.retrieval.embeddings import minilm, onnx_export
+    from apps.retrieval.embeddings.local import LocalEmbeddingProvider, load
 
     torch_environment()
     import torch

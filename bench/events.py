@@ -33,7 +33,7 @@ from typing import Any
 
 import _harness as h
 
-from config.embedded_services import RestartableValkey
+from apps.runtime.embedded_services import RestartableValkey
 
 BENCH_DB = "memory_service_bench_events"
 USERS = 50

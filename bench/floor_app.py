@@ -1,5 +1,5 @@
 """The framework floor for /healthz (bench only, never routed by the service): one minimal DRF view on the service's
-own stack (gunicorn + uvicorn workers + the service's a2wsgi bridge, config.wsgi_bridge + Django + DRF, same WSGI
+own stack (gunicorn + uvicorn workers + the service's a2wsgi bridge, apps.runtime.wsgi_bridge + Django + DRF, same WSGI
 threads and GIL switch interval as config/asgi.py) with no middleware, no authentication and no database.
 
 Served by bench/memories.py with the service's gunicorn flags: ``gunicorn --chdir bench floor_app:application``.
@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-# Served with --chdir bench: the project's own packages (config.wsgi_bridge) are one level up.
+# Served with --chdir bench: the project's own packages (apps.runtime.wsgi_bridge) are one level up.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from django.conf import settings
@@ -26,7 +26,7 @@ settings.configure(
     # django.contrib.auth's: installed, but no middleware runs.
     INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "rest_framework"],
     USE_TZ=True,
-    # Read by the service's HTTP protocol (config/http_server.py, set in config/gunicorn.conf.py): the same values.
+    # Read by the service's HTTP protocol (apps/runtime/http_server.py, set in config/gunicorn.conf.py): the same values.
     REQUEST_HEADER_TIMEOUT_SECONDS=float(os.environ.get("REQUEST_HEADER_TIMEOUT_SECONDS", "10")),
     REQUEST_BODY_TIMEOUT_SECONDS=float(os.environ.get("REQUEST_BODY_TIMEOUT_SECONDS", "60")),
     REQUEST_MAX_HEADER_BYTES=int(os.environ.get("REQUEST_MAX_HEADER_BYTES", str(64 * 1024))),
@@ -48,7 +48,7 @@ from django.urls import path  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
 
-from config.wsgi_bridge import CoalescingWSGIMiddleware, acknowledge_lifespan  # noqa: E402
+from apps.runtime.wsgi_bridge import CoalescingWSGIMiddleware, acknowledge_lifespan  # noqa: E402
 
 
 class Ok(APIView):

@@ -341,7 +341,7 @@ class Bench:
 def check_sql_parity(database_url: str, floor: Floor) -> list[str]:
     """Run each operation once through the service's own code (in this process, captured) and once through the
     floor (traced), on a scratch user, and compare statement by statement. Returns the differences."""
-    from apps.core.auth.principal import Principal
+    from apps.identity.principal import Principal
     from apps.memories import selectors, services
 
     user = "bench-parity"
@@ -630,7 +630,7 @@ def churn(bench: Bench, items: list[Item], count: int) -> None:
 
 def measure_policy(args: argparse.Namespace, principal: Any) -> list[dict[str, Any]]:
     """Per-call cost of the three rules in this process, with the inputs the services build."""
-    from apps.core.policy import get_engine, policy_context
+    from apps.policy import get_engine, policy_context
 
     engine = get_engine()
     context = policy_context(principal)
@@ -800,8 +800,8 @@ def main(argv: Sequence[str]) -> int:
     h.migrate(database_url)
     h.setup_django(database_url)
 
-    from apps.core.auth.principal import Principal
-    from apps.core.policy import get_engine
+    from apps.identity.principal import Principal
+    from apps.policy import get_engine
 
     floor = Floor(attributes={"namespace": FLOOR_ROOT[0], "sub": USER})
     notes: list[str] = []
@@ -1032,7 +1032,7 @@ def measure_memory_and_semantic(bench: Bench, count: int) -> MemoryReport:
     import signal
     import subprocess
 
-    from apps.core.supervisor import read_procfile
+    from apps.runtime.supervisor import read_procfile
 
     procfile = read_procfile(h.REPO_ROOT / "Procfile")
     env = h.server_env(bench.database_url, PROMETHEUS_MULTIPROC_DIR=tempfile_dir())

@@ -70,7 +70,7 @@ def main(argv: Sequence[str]) -> int:
         print("the embedded PostgreSQL is not running", file=sys.stderr)
         return 1
 
-    from apps.core.auth.principal import Principal
+    from apps.identity.principal import Principal
     from apps.memories import selectors
 
     principal = Principal(user_id=bm.USER, client_id=None, roles=())

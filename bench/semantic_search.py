@@ -159,7 +159,7 @@ def centroid_embeddings(texts: list[str]) -> Any:
     path = h.RESULTS_DIR / f"semantic-centroids-{digest}.npy"
     if path.exists():
         return np.load(path)
-    from apps.core.embeddings.local import LocalEmbeddingProvider
+    from apps.retrieval.embeddings.local import LocalEmbeddingProvider
 
     started = time.monotonic()
     vectors = np.asarray(LocalEmbeddingProvider().embed_documents(texts), dtype=np.float32)
@@ -422,7 +422,7 @@ def build_index(database_url: str, maintenance_work_mem: str = "") -> dict[str, 
 def stub_provider(vectors: dict[str, list[float]]) -> Any:
     """An embedding provider that answers from precomputed vectors, under the local provider's name and dimension
     (so the model tag matches the stored vectors): the embedding step costs a dict lookup."""
-    from apps.core.embeddings import EmbeddingProvider
+    from apps.retrieval.embeddings import EmbeddingProvider
 
     class Precomputed(EmbeddingProvider):
         name = "local"
@@ -448,7 +448,7 @@ def patched_provider(provider: Any) -> Iterator[None]:
 
 
 def bob() -> Any:
-    from apps.core.auth.principal import Principal
+    from apps.identity.principal import Principal
 
     return Principal(user_id=USER, client_id=None, roles=("user",), raw_claims={"sub": USER})
 
@@ -901,7 +901,7 @@ def measure_langgraph(
 
 
 def bench_redis_url() -> str:
-    from config import embedded_services
+    from apps.runtime import embedded_services
 
     url = embedded_services.redis_url()
     parts = urllib.parse.urlsplit(url)
@@ -1244,8 +1244,8 @@ def main(argv: Sequence[str]) -> int:
 
     from django.db import connection
 
-    from apps.core.embeddings import get_provider
     from apps.memories import vector_index
+    from apps.retrieval.embeddings import get_provider
 
     local = get_provider()
     if local.name != "local" or local.dimension != DIMENSION:
@@ -1381,7 +1381,7 @@ def backend_provider(backend: str) -> Any:
     """The local provider as the settings build it, with ``backend`` as its runtime."""
     from django.test import override_settings
 
-    from apps.core.embeddings.local import LocalEmbeddingProvider
+    from apps.retrieval.embeddings.local import LocalEmbeddingProvider
 
     with override_settings(EMBEDDING_BACKEND=backend):
         return LocalEmbeddingProvider.from_settings()

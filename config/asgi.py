@@ -4,7 +4,7 @@
 application through a2wsgi's fixed thread pool. Measured on this machine with a minimal DRF view (wrk, 16
 connections): Django's own ASGI handler under daphne 850 req/s; gunicorn + uvicorn workers + a2wsgi 3,800 req/s.
 
-Production: ``gunicorn config.asgi:application -k config.http_server.ServiceUvicornWorker`` (see Procfile).
+Production: ``gunicorn config.asgi:application -k apps.runtime.http_server.ServiceUvicornWorker`` (see Procfile).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
-# A web process embeds only search queries, one batch at a time (apps.core.embeddings.local's batcher), beside the
+# A web process embeds only search queries, one batch at a time (apps.retrieval.embeddings.local's batcher), beside the
 # other web workers and PostgreSQL on the same cores. With one embedding thread per web process, instead of the
 # runtime's default of one per core, a lone semantic search answered faster (issue 12, torch, 2 workers on 2 cores,
 # four rounds against three: c1 p50 19.5-21.7 ms against 22.9-23.7) and 16 concurrent ones no worse (113-150
@@ -27,9 +27,9 @@ from django.core.asgi import get_asgi_application
 # Sets up Django (apps, settings) before anything imports models.
 _django_asgi = get_asgi_application()
 
+from apps.runtime.wsgi_bridge import CoalescingWSGIMiddleware, acknowledge_lifespan  # noqa: E402
 from config.env import env_int  # noqa: E402
 from config.wsgi import application as wsgi_application  # noqa: E402
-from config.wsgi_bridge import CoalescingWSGIMiddleware, acknowledge_lifespan  # noqa: E402
 
 # Threads per process serving the REST API: each holds at most one database connection.
 WSGI_THREADS = env_int("WSGI_THREADS", 16)

@@ -25,7 +25,7 @@ def _check_configuration(sender=None, **_kwargs) -> None:
     from celery.concurrency.prefork import TaskPool as PreforkPool
     from django.core.exceptions import ImproperlyConfigured
 
-    from apps.core import startup
+    from apps.runtime import startup
 
     startup.check_or_die()
     try:
@@ -42,6 +42,6 @@ def _check_configuration(sender=None, **_kwargs) -> None:
 @worker_process_init.connect
 def _warm_up(**_kwargs) -> None:
     # After the prefork: each child loads its own model (neither runtime is fork-safe once initialised).
-    from apps.core import startup
+    from apps.runtime import startup
 
     startup.warm_up_embedder("documents")

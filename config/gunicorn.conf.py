@@ -5,7 +5,7 @@ its pages copy-on-write: Django, the policy engine and, with the local embedding
 or torch and sentence-transformers) and the model's weights (issue 12); ``pre_fork`` freezes them so the workers'
 garbage collections do not copy those pages. The master builds the model's query runtime on one thread and never
 runs it (neither runtime's thread pool survives a fork once started); each worker adopts it after the fork
-(``post_fork``) (apps.core.embeddings.local.preload_for_fork). GUNICORN_PRELOAD=false imports the application in
+(``post_fork``) (apps.retrieval.embeddings.local.preload_for_fork). GUNICORN_PRELOAD=false imports the application in
 each worker instead.
 """
 
@@ -104,6 +104,6 @@ def pre_fork(server, worker) -> None:
 
 def post_fork(server, worker) -> None:
     if preload_app:
-        from apps.core import startup
+        from apps.runtime import startup
 
         startup.warm_up_embedder()

@@ -8,7 +8,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.embedded")
 
 application = get_wsgi_application()
 
-from apps.core import startup  # noqa: E402
+from apps.runtime import startup  # noqa: E402
 
 startup.check_or_die()
 startup.check_embedding_device("queries")

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.test import Client
 from rest_framework.test import APIClient
 
-from config import embedded_services
+from apps.runtime import embedded_services
 from tests import database
 from tests.live_service import LiveService
 
@@ -66,11 +66,11 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The main process of a run (never an xdist worker) starts the local model's one-off ONNX export in the
     background when the data directory has none (a clean clone): the workers run other tests meanwhile, and the
-    first test that needs the model waits on the export's lock (apps.core.embeddings.onnx_export) for what is left,
+    first test that needs the model waits on the export's lock (apps.retrieval.embeddings.onnx_export) for what is left,
     instead of exporting (about 20 s) while the other worker waits on that lock too."""
     import subprocess
 
-    from apps.core.embeddings import minilm, onnx_export
+    from apps.retrieval.embeddings import minilm, onnx_export
 
     cache_dir = settings.EMBEDDING_ONNX_DIR
     if hasattr(session.config, "workerinput") or session.config.option.collectonly:
@@ -98,6 +98,19 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 @pytest.fixture
+def indexer_wakeups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the indexer tasks the writes ask a worker to run (apps.retrieval.indexing.Indexer.request_run),
+    recorded instead of sent."""
+    from types import SimpleNamespace
+
+    from apps.retrieval import indexing
+
+    sent: list[str] = []
+    monkeypatch.setattr(indexing, "current_app", SimpleNamespace(send_task=sent.append))
+    return sent
+
+
+@pytest.fixture
 def api() -> APIClient:
     """An anonymous client; see ``client_for`` for authenticated ones."""
     return APIClient()
@@ -113,7 +126,7 @@ def _mint(
     key: Any = None,
     algorithm: str = "RS256",
 ) -> str:
-    from apps.core.auth.dev_idp import issuer, keys, users
+    from apps.identity.dev_idp import issuer, keys, users
 
     if roles is None:
         dev_user = users.load_users().get(username)
@@ -140,7 +153,7 @@ def mint_token() -> Callable[..., str]:
 @pytest.fixture
 def token(api: APIClient) -> Callable[..., str]:
     """``token(username="alice") -> str``: an access token from the real POST /dev-idp/token password grant."""
-    from apps.core.auth.dev_idp import users
+    from apps.identity.dev_idp import users
 
     def get(username: str = "alice") -> str:
         form = {
@@ -163,7 +176,7 @@ def client_for() -> Callable[..., APIClient]:
     ``X-API-Key`` when ``api_key`` is given; ``TEST_API_KEY`` is the seeded one). Tokens are minted in-process and
     cached per user for the session. Dev users: alice (user, admin), bob and charlie (user); any other name gets
     roles ``("user",)`` unless ``roles`` says otherwise."""
-    from apps.core.auth.dev_idp import keys
+    from apps.identity.dev_idp import keys
 
     def make(username: str, *, api_key: str | None = None, roles: Sequence[str] | None = None) -> APIClient:
         cache_key = (username, None if roles is None else tuple(roles), settings.DEV_IDP_ISSUER, keys.signing_key().kid)
@@ -182,9 +195,9 @@ def client_for() -> Callable[..., APIClient]:
 
 
 def wait_until_released(kind: int, timeout: float = 10.0) -> None:
-    """Wait for the work leases (apps.core.leases) of a closed database session to go: its backend exits a moment after
+    """Wait for the work leases (apps.retrieval.leases) of a closed database session to go: its backend exits a moment after
     the client hangs up, and its locks go with it."""
-    from apps.core import leases
+    from apps.retrieval import leases
 
     deadline = time.monotonic() + timeout
     while leases.held_by_others(kind):

@@ -35,7 +35,7 @@ def empty_tables(using: str = "default") -> None:
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
             for table in filled:
                 cursor.execute(f"DELETE FROM {quote(table)}")
-            from apps.core.auth.api_keys import seed_from_settings
+            from apps.identity.api_keys import seed_from_settings
 
             seed_from_settings(using=using)
     except DatabaseError:

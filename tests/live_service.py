@@ -190,7 +190,7 @@ class LiveService:
             "config/gunicorn.conf.py",
             "config.asgi:application",
             "-k",
-            "config.http_server.ServiceUvicornWorker",
+            "apps.runtime.http_server.ServiceUvicornWorker",
             "--bind",
             bind,
             "--workers",

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
 from apps.core import errors, pagination
-from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
+from apps.identity.principal import Principal
 from apps.sharing import access
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from apps.attachments import storage
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
 from apps.core import audit, crypto, errors
-from apps.core.auth.principal import Principal
+from apps.identity.principal import Principal
 
 logger = logging.getLogger(__name__)
 

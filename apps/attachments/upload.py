@@ -13,7 +13,7 @@ from django.core.files.uploadhandler import FileUploadHandler, StopFutureHandler
 
 from apps.attachments.services import Upload
 from apps.core import errors
-from apps.core.auth.principal import Principal
+from apps.identity.principal import Principal
 
 FILE_FIELD = "file"
 MAX_FILENAME_CHARS = 255

@@ -24,7 +24,7 @@ class EntryAdmin(ReadOnlyModelAdmin):
     search_fields = ("=id", "=conversation__id", "=user_id")
     ordering = ("-created_at",)
     # content (ciphertext) and indexed_content are deliberately absent: the admin shows metadata only.
-    # The indexer's state is shown (apps.core.indexing): a failure's reason never holds content.
+    # The indexer's state is shown (apps.retrieval.indexing): a failure's reason never holds content.
     fields = ("id", "conversation_id", "user_id", "client_id", "channel", "content_type", "created_at",
               "embedding_pending", "index_failures", "index_error", "index_retry_at", "index_quarantined_at")
     readonly_fields = fields

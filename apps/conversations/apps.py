@@ -7,7 +7,7 @@ class ConversationsConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.conversations import vector_index
-        from apps.core import vectors
+        from apps.retrieval import vectors
 
         vectors.create_index_after_migrate(self, vector_index.create_index)
 
@@ -18,7 +18,7 @@ class ConversationsConfig(AppConfig):
         crypto.register_encrypted_field("conversations.Entry", "content", CONTENT_PURPOSE, CONTENT_ROW_ID_FIELDS)
 
         from apps.conversations.indexer import INDEXER
-        from apps.core import indexing
+        from apps.retrieval import indexing
 
         # /readyz shows the conversation indexer's backlog ("conversation_indexer") beside the memory indexer's.
         indexing.register(INDEXER)

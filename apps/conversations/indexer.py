@@ -5,7 +5,7 @@ text is then the entry's text items, decrypted here, joined by newlines) or when
 (``embedding_pending``: set by an append with ``indexedContent``, by ``POST /v1/conversations/index`` and by this
 indexer's own text pass). Entries of deleted conversations are never pending (their vectors went with the delete).
 
-Leases, batching, per-row backoff and quarantine, metrics and wake-ups are apps.core.indexing's. An entry whose
+Leases, batching, per-row backoff and quarantine, metrics and wake-ups are apps.retrieval.indexing's. An entry whose
 content the key ring cannot open (a key id missing after a botched rotation, a damaged row) is that entry's failure
 alone: logged with its id and key id, retried with backoff, then quarantined, while the queue goes on. Nothing is
 written before the batch is embedded, and the write re-checks under a row lock that the entry's index text is still
@@ -21,8 +21,9 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from apps.conversations import selectors, vector_index
-from apps.core import crypto, indexing, leases, metrics, vectors
-from apps.core.indexing import CycleReport, Work
+from apps.core import crypto, metrics
+from apps.retrieval import indexing, leases, vectors
+from apps.retrieval.indexing import CycleReport, Work
 
 __all__ = ["INDEXER", "ConversationIndexer", "CycleReport", "entry_text", "run_cycle"]
 
@@ -50,6 +51,7 @@ class ConversationIndexer(indexing.Indexer):
     lag_gauge = metrics.CONVERSATION_INDEXER_LAG
     interval_setting = "CONVERSATION_INDEXING_INTERVAL"
     batch_size_setting = "CONVERSATION_INDEXING_BATCH_SIZE"
+    task_name = "apps.conversations.tasks.index_conversation_entries"
 
     def pending(self) -> list[str]:
         # One predicate per partial index (conv_entries_embed, conv_entries_unindexed).

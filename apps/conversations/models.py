@@ -18,7 +18,7 @@ from django.db import models
 from django.db.models import Q
 from pgvector.django import VectorField
 
-from apps.core.models import IndexState
+from apps.retrieval.models import IndexState
 
 
 class Conversation(models.Model):
@@ -97,7 +97,7 @@ class Entry(IndexState):
             models.Index(
                 fields=["created_at", "id"], name="conv_entries_embed", condition=Q(embedding_pending=True)
             ),
-            # Quarantined entries (apps.core.indexing): counted for /readyz and /metrics after every cycle.
+            # Quarantined entries (apps.retrieval.indexing): counted for /readyz and /metrics after every cycle.
             models.Index(
                 fields=["index_quarantined_at"],
                 name="conv_entries_quarantined",
@@ -115,7 +115,7 @@ class EntryVector(models.Model):
     ``root_id`` is the entry's fork tree (fixed for a conversation's life), so the membership check of a semantic
     search is one probe of ``conversation_memberships (root_id, user_id)`` per candidate vector, without a join
     to ``conversations``. Vectors of a deleted conversation are removed in the deleting transaction. The HNSW index
-    per dimension is created on first use (apps.core.vectors), like the memories'.
+    per dimension is created on first use (apps.retrieval.vectors), like the memories'.
     """
 
     id = models.BigAutoField(primary_key=True)

@@ -33,8 +33,9 @@ from django.conf import settings
 from django.db import connection
 
 from apps.conversations import selectors, vector_index
-from apps.core import errors, pagination, vectors
-from apps.core.embeddings import EmbeddingError, get_provider
+from apps.core import errors, pagination
+from apps.retrieval import vectors
+from apps.retrieval.embeddings import EmbeddingError, get_provider
 from apps.sharing import access
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from django.db import connection
 
 from apps.conversations.models import Channel
 from apps.core import crypto, errors, pagination
-from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
+from apps.identity.principal import Principal
 from apps.sharing import access
 from apps.sharing.access import AccessLevel, at_least
 

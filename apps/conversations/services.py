@@ -24,11 +24,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.conversations import selectors
+from apps.conversations.indexer import INDEXER
 from apps.conversations.models import Channel, Conversation, Entry
-from apps.conversations.tasks import request_indexing_quietly
-from apps.core import crypto, errors, indexing, signals
-from apps.core.auth.principal import Principal
+from apps.core import crypto, errors, signals
 from apps.events.publisher import publish
+from apps.identity.principal import Principal
+from apps.retrieval import indexing
 from apps.sharing import access
 from apps.sharing.access import AccessLevel, at_least
 
@@ -285,8 +286,8 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
         publish("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})
         # Only history entries are indexed (the serializer refuses indexedContent on a context entry).
         if data.get("indexedContent") is not None or (channel == Channel.HISTORY and settings.CONVERSATION_AUTO_INDEX):
-            # One indexer task per burst of appends (tasks.request_indexing), after commit.
-            transaction.on_commit(request_indexing_quietly)
+            # One indexer task per burst of appends (Indexer.request_run), after commit.
+            transaction.on_commit(INDEXER.request_run_quietly)
     return selectors.entry_response(
         entry_id=entry_id,
         conversation_id=conversation_id,
@@ -369,5 +370,5 @@ def index_entries(items: list[dict]) -> int:
             [list(latest), [item["indexedContent"] for item in latest.values()]],
         )
         updated = cursor.rowcount
-        transaction.on_commit(request_indexing_quietly)
+        transaction.on_commit(INDEXER.request_run_quietly)
     return updated

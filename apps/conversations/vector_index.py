@@ -1,7 +1,7 @@
 """The pgvector side of conversation search: nearest conversations (best entry chunk each) for a query vector,
 restricted in SQL to the conversations the caller may read.
 
-The plan is chosen by the size of the caller's scope (apps.core.vectors.ScopeSizes), as memory search does:
+The plan is chosen by the size of the caller's scope (apps.retrieval.vectors.ScopeSizes), as memory search does:
 
 * at most MEMORY_VECTOR_EXACT_SCAN_THRESHOLD vectors in scope (a user who reads a few conversations): every vector
   of the caller's trees is compared, starting from their memberships: exact, recall 1;
@@ -19,8 +19,8 @@ from uuid import UUID
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, transaction
 
-from apps.core import vectors
-from apps.core.embeddings import EmbeddingProvider
+from apps.retrieval import vectors
+from apps.retrieval.embeddings import EmbeddingProvider
 from apps.sharing import access
 
 TABLE = "conversation_entry_vectors"

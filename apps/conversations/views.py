@@ -15,9 +15,9 @@ from apps.conversations import responses, selectors, serializers, services
 from apps.conversations import search as conversation_search
 from apps.core import audit, pagination
 from apps.core.openapi import page_of
-from apps.core.permissions import IsAuditor, IsIndexer, RoleChecked
 from apps.core.requests import flag_param, page_params, path_uuid, user_id_param, validated
 from apps.core.serializers import NO_NUL_PATTERN, USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
+from apps.identity.permissions import IsAuditor, IsIndexer, RoleChecked
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
 AFTER_CURSOR = cursor_parameter()

@@ -4,12 +4,11 @@ from django.apps import AppConfig
 class CoreConfig(AppConfig):
     name = "apps.core"
     label = "core"
-    verbose_name = "Core: credentials and service settings"
+    verbose_name = "Core: the admin audit trail"
 
     def ready(self) -> None:
-        from apps.core import policy, readiness
+        from apps.core import readiness
 
         readiness.register("database", readiness.check_database)
         readiness.register("redis", readiness.check_redis)
-        readiness.register("policy_engine", policy.check)
         readiness.register_info("encryption_keys", readiness.encryption_keys_info)

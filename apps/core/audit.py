@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from apps.core.auth.principal import Principal
 from apps.core.logging import current_request_id
 from apps.core.models import AdminAuditRecord
+from apps.identity.principal import Principal
 
 logger = logging.getLogger("apps.audit")
 

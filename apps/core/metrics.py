@@ -35,7 +35,7 @@ CONVERSATION_INDEXER_LAG = Gauge(
     "conversation_indexer_lag_seconds", "Age of the oldest conversation entry waiting to be indexed.",
     multiprocess_mode="livemax",
 )
-# Both indexers (apps.core.indexing), labelled ``indexer`` = memory | conversation.
+# Both indexers (apps.retrieval.indexing), labelled ``indexer`` = memory | conversation.
 INDEXER_QUARANTINED = Gauge(
     "indexer_quarantined_rows", "Rows an indexer gave up on after repeated failures (manage.py indexing retry).",
     ["indexer"], multiprocess_mode="livemax",

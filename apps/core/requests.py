@@ -1,6 +1,6 @@
 """Reading a request's input, for every app's views: bodies through serializers, path segments, query parameters
 and the page parameters of a list. Every refusal is D1's 400 naming the field; nothing here authorizes (roles:
-apps.core.permissions)."""
+apps.identity.permissions)."""
 
 from __future__ import annotations
 

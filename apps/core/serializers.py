@@ -14,7 +14,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from apps.core import errors
-from apps.core.auth.tokens import MAX_USER_ID_CHARS
 from apps.core.pagination import CURSOR_SCHEMA, LIMITS, parse_limit
 
 
@@ -230,6 +229,8 @@ class StrictUUIDField(serializers.Field):
 # --- OpenAPI: say what the strict fields enforce, so generated clients and fuzzers send what is accepted --------
 
 NO_NUL_PATTERN = r"^[^\u0000]*$"
+# The longest user id a token may carry (apps.identity.tokens), and so the longest one any request names.
+MAX_USER_ID_CHARS = 256
 # A user id anywhere in a request (path, query, body) is at most as long as one a token may carry.
 USER_ID_SCHEMA = {"type": "string", "maxLength": MAX_USER_ID_CHARS, "pattern": NO_NUL_PATTERN}
 # No NUL, and something besides whitespace: what a field that trims and refuses blanks takes.

@@ -3,7 +3,7 @@
 from django.dispatch import Signal
 
 # Sent by the conversations app inside the transaction that appends an entry, before it commits, with
-# ``principal`` (apps.core.auth.principal.Principal), ``conversation_id`` (str), ``entry_id`` (str), ``channel``
+# ``principal`` (apps.identity.principal.Principal), ``conversation_id`` (str), ``entry_id`` (str), ``channel``
 # (``history`` or ``context``: a context entry is private to ``principal.client_id``) and ``content`` (the validated
 # list of content items). A receiver may raise apps.core.errors.ApiError to refuse the append; the
 # transaction then rolls back and the caller gets that error (attachments use it to link ``{"attachmentId": ...}``

@@ -2,7 +2,7 @@
 
 Served by config.asgi next to the REST API on the same port (apps.events.routing). Per connection:
 
-1. Authenticate exactly like every REST endpoint (apps.core.auth.authentication, run in a worker thread: it may
+1. Authenticate exactly like every REST endpoint (apps.identity.authentication, run in a worker thread: it may
    read the API-key table or fetch the issuer's keys); errors are D1 JSON bodies.
 2. Subscribe to the process's hub (apps.events.hub) *before* anything is replayed, so no entry falls between the
    replay and the live feed; the per-connection floor (the last replayed id) drops the overlap.
@@ -29,12 +29,12 @@ from channels.generic.http import AsyncHttpConsumer
 from django.conf import settings
 
 from apps.core import errors, metrics
-from apps.core.auth.authentication import authenticate_credentials
 from apps.core.logging import request_id_for, reset_request_id, set_request_id
 from apps.core.redis_client import get_async_client
 from apps.events import streams
 from apps.events.hub import KEEPALIVE_ITEM, Item, Subscriber, get_hub
 from apps.events.streams import kind_of
+from apps.identity.authentication import authenticate_credentials
 
 logger = logging.getLogger(__name__)
 access_log = logging.getLogger("apps.access")

@@ -6,8 +6,8 @@ class MemoriesConfig(AppConfig):
     label = "memories"
 
     def ready(self) -> None:
-        from apps.core import vectors
         from apps.memories import vector_index
+        from apps.retrieval import vectors
 
         vectors.create_index_after_migrate(self, vector_index.create_index)
 
@@ -17,9 +17,7 @@ class MemoriesConfig(AppConfig):
         crypto.register_encrypted_field("memories.Memory", "value_ciphertext", "memory.value")
         crypto.register_encrypted_field("memories.MemoryEvent", "value_ciphertext", "memory_event.value", "id")
 
-        from apps.core import indexing, readiness
-        from apps.core.embeddings import get_provider
         from apps.memories.indexer import INDEXER
+        from apps.retrieval import indexing
 
-        readiness.register("embedder", lambda: get_provider().check())
         indexing.register(INDEXER)  # /readyz "indexer", manage.py indexing

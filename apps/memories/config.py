@@ -8,10 +8,7 @@ import time
 
 from django.conf import settings
 
-# The ceiling of memory.episodic.namespace.max_depth (the admin form and the environment default refuse more), and
-# so the deepest namespace that can exist: GET and DELETE accept addresses up to it whatever the setting is now,
-# so that lowering the setting caps new writes only and every record written before stays reachable.
-MAX_NAMESPACE_DEPTH = 64
+from apps.memories.models import MAX_NAMESPACE_DEPTH, ServiceSettings
 
 _lock = threading.Lock()
 _cached: tuple[float, int] | None = None
@@ -24,8 +21,6 @@ def namespace_max_depth() -> int:
     cached = _cached
     if cached is not None and now - cached[0] < settings.SERVICE_SETTINGS_CACHE_SECONDS:
         return cached[1]
-    from apps.memories.models import ServiceSettings
-
     row = ServiceSettings.objects.order_by("id").first()
     depth = row.memory_episodic_namespace_max_depth if row and row.memory_episodic_namespace_max_depth else None
     value = min(depth or settings.MEMORY_EPISODIC_NAMESPACE_MAX_DEPTH, MAX_NAMESPACE_DEPTH)

@@ -1,6 +1,6 @@
 """The memory indexer: embeds pending memory versions and removes vectors of versions that stopped being active.
 
-Leases, batching, per-row backoff and quarantine, metrics and wake-ups are apps.core.indexing's; this module says
+Leases, batching, per-row backoff and quarantine, metrics and wake-ups are apps.retrieval.indexing's; this module says
 what is pending (an active version with ``index_status = 'pending'``), what its text is (each non-blank field of its
 ``indexed_content``, one vector per chunk) and where the vectors go. Taking a version counts an attempt
 (``index_attempts``). The vectors are written in a transaction that re-checks the row is still pending and active
@@ -13,10 +13,11 @@ import json
 
 from django.db import connection, transaction
 
-from apps.core import indexing, leases, metrics
-from apps.core.indexing import CycleReport, Work
-from apps.core.vectors import vector_literal
+from apps.core import metrics
 from apps.memories import vector_index
+from apps.retrieval import indexing, leases
+from apps.retrieval.indexing import CycleReport, Work
+from apps.retrieval.vectors import vector_literal
 
 __all__ = ["INDEXER", "CycleReport", "MemoryIndexer", "run_cycle"]
 
@@ -32,6 +33,7 @@ class MemoryIndexer(indexing.Indexer):
     lag_gauge = metrics.INDEXER_LAG
     interval_setting = "MEMORY_EPISODIC_INDEXING_INTERVAL"
     batch_size_setting = "MEMORY_EPISODIC_INDEXING_BATCH_SIZE"
+    task_name = "apps.memories.tasks.index_pending_memories"
     batch_text_bytes_setting = "MEMORY_INDEXING_BATCH_TEXT_BYTES"
 
     def pending(self) -> list[str]:

@@ -18,8 +18,12 @@ from django.db import models
 from django.db.models import F, Q
 from pgvector.django import VectorField
 
-from apps.core.models import IndexState
-from apps.memories.config import MAX_NAMESPACE_DEPTH
+from apps.retrieval.models import IndexState
+
+# The ceiling of memory.episodic.namespace.max_depth (the admin form and the environment default refuse more), and
+# so the deepest namespace that can exist: GET and DELETE accept addresses up to it whatever the setting is now,
+# so that lowering the setting caps new writes only and every record written before stays reachable.
+MAX_NAMESPACE_DEPTH = 64
 
 
 class MemoryState(models.TextChoices):
@@ -87,7 +91,7 @@ class Memory(IndexState):
                 name="memories_index_queue",
                 condition=Q(index_status="pending") | (Q(index_status="indexed") & ~Q(state="active")),
             ),
-            # Quarantined versions (apps.core.indexing): counted for /readyz and /metrics after every cycle.
+            # Quarantined versions (apps.retrieval.indexing): counted for /readyz and /metrics after every cycle.
             models.Index(
                 fields=["index_quarantined_at"],
                 name="memories_index_quarantined",

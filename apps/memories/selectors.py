@@ -14,13 +14,13 @@ import orjson
 from django.utils import timezone
 
 from apps.core import crypto, errors, pagination
-from apps.core.auth.principal import Principal
 from apps.core.db.prepared import bound_cursor, prepared_cursor
-from apps.core.policy import get_engine, policy_context
 from apps.core.serializers import isoformat
+from apps.identity.principal import Principal
 from apps.memories import filters
 from apps.memories.models import EventKind
 from apps.memories.services import EVENT_VALUE_PURPOSE, VALUE_PURPOSE, WriteResult, authorize
+from apps.policy import get_engine, policy_context
 
 
 def decrypt_value(ciphertext: bytes | memoryview, purpose: str, row_id: Any) -> Any:

@@ -13,13 +13,14 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.core import errors, vectors
-from apps.core.auth.principal import Principal
-from apps.core.embeddings import EmbeddingError, get_provider
+from apps.core import errors
 from apps.core.serializers import isoformat
+from apps.identity.principal import Principal
 from apps.memories import selectors, vector_index
 from apps.memories.models import Memory, MemoryState
 from apps.memories.services import VALUE_PURPOSE
+from apps.retrieval import vectors
+from apps.retrieval.embeddings import EmbeddingError, get_provider
 
 similarity = vectors.similarity  # cosine distance -> similarity clamped to [0, 1]
 

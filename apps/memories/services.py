@@ -18,10 +18,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.core import crypto, errors
-from apps.core.auth.principal import Principal
 from apps.core.db.prepared import run_pipelined
-from apps.core.policy import get_engine, policy_context
+from apps.identity.principal import Principal
+from apps.memories.indexer import INDEXER
 from apps.memories.models import EventKind, IndexStatus, MemoryEvent, MemoryState
+from apps.policy import get_engine, policy_context
 
 logger = logging.getLogger(__name__)
 
@@ -257,6 +258,4 @@ def prune_events(retention_days: int | None = None) -> int:
 def _enqueue_indexing() -> None:
     """Ask a worker to run the indexer now: embed a new version, remove a deleted one's vectors (beat's periodic
     run is the safety net)."""
-    from apps.memories.tasks import request_indexing_quietly
-
-    request_indexing_quietly()
+    INDEXER.request_run_quietly()

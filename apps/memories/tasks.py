@@ -27,24 +27,9 @@ def prune_memory_events() -> int:
     return count
 
 
-def request_indexing() -> None:
-    """Ask a worker to embed new versions soon (one task per burst of writes: apps.core.indexing)."""
-    from apps.memories.indexer import INDEXER
-
-    INDEXER.request_run(index_pending_memories)
-
-
-def request_indexing_quietly() -> None:
-    """``transaction.on_commit`` hook of the writes: a broker hiccup must not fail a committed write (beat's
-    periodic run picks the version up)."""
-    from apps.memories.indexer import INDEXER
-
-    INDEXER.request_run_quietly(index_pending_memories)
-
-
 @shared_task(name="apps.memories.tasks.index_pending_memories", ignore_result=True)
 def index_pending_memories() -> int:
-    """Embed pending versions and drop vectors of ended ones. Requested after indexed writes (request_indexing)
+    """Embed pending versions and drop vectors of ended ones. Requested after indexed writes (Indexer.request_run)
     and run by beat every MEMORY_EPISODIC_INDEXING_INTERVAL seconds as the safety net."""
     from apps.memories.indexer import INDEXER
 

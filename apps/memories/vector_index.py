@@ -1,4 +1,4 @@
-"""The pgvector side of semantic search: the HNSW index per embedding dimension (apps.core.vectors, shared with
+"""The pgvector side of semantic search: the HNSW index per embedding dimension (apps.retrieval.vectors, shared with
 conversation search), and the filtered ANN query.
 
 ``memory_vectors.embedding`` is an untyped ``vector`` so one table serves any provider; the HNSW index is a
@@ -17,9 +17,9 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, transaction
 
-from apps.core import vectors
-from apps.core.embeddings import EmbeddingProvider
 from apps.memories import filters
+from apps.retrieval import vectors
+from apps.retrieval.embeddings import EmbeddingProvider
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def nearest_memories(
     )
     scope_params = [model_tag(provider), *prefix_params, *filter_params]
     vector_literal = vectors.vector_literal(query_vector)
-    # The scope-size probe is bounded and cached briefly (apps.core.vectors.ScopeSizes): a user's scope repeats
+    # The scope-size probe is bounded and cached briefly (apps.retrieval.vectors.ScopeSizes): a user's scope repeats
     # from search to search, and a stale size only picks the other plan, both of which return correct results.
     if _scope_sizes.exact(f"FROM {TABLE} v WHERE {scope_sql}", scope_params):
         return _exact(dimension, vector_literal, scope_sql, scope_params, count)

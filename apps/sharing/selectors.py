@@ -9,8 +9,8 @@ from uuid import UUID
 from django.db.models import Q
 
 from apps.core import errors, pagination
-from apps.core.auth.principal import Principal
 from apps.core.serializers import isoformat
+from apps.identity.principal import Principal
 from apps.sharing import access
 from apps.sharing.access import AccessLevel
 from apps.sharing.models import ArchivedMembership, Membership, OwnershipTransfer

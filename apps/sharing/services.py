@@ -21,8 +21,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core import errors
-from apps.core.auth.principal import Principal
 from apps.events.publisher import publish
+from apps.identity.principal import Principal
 from apps.sharing import access, selectors
 from apps.sharing.access import AccessLevel, at_least
 from apps.sharing.models import Membership, OwnershipTransfer

@@ -34,6 +34,10 @@ INSTALLED_APPS = [
     "channels",
     "mozilla_django_oidc",
     "apps.core",
+    "apps.identity",
+    "apps.policy",
+    "apps.retrieval",
+    "apps.runtime",
     "apps.memories",
     "apps.conversations",
     "apps.sharing",
@@ -118,7 +122,7 @@ WHITENOISE_USE_FINDERS = True  # serve admin and /docs assets without a collects
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
 # How long the web server waits for a request's headers (from the connection's opening or the request's first byte)
-# and then for its body, before answering 408 and closing (config.http_server); and the most header bytes it takes
+# and then for its body, before answering 408 and closing (apps.runtime.http_server); and the most header bytes it takes
 # (431 beyond). The body deadline is for the whole body: a 10 MiB upload needs about 175 KB/s at the default.
 REQUEST_HEADER_TIMEOUT_SECONDS = float(env_str("REQUEST_HEADER_TIMEOUT_SECONDS", "10"))
 REQUEST_BODY_TIMEOUT_SECONDS = float(env_str("REQUEST_BODY_TIMEOUT_SECONDS", "60"))
@@ -130,7 +134,7 @@ JSON_MAX_DEPTH = env_int("JSON_MAX_DEPTH", 64)
 
 # --- REST framework ---------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["apps.core.auth.authentication.ServiceAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["apps.identity.authentication.ServiceAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["apps.core.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["apps.core.parsers.JSONParser"],
@@ -210,7 +214,7 @@ OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
 ADMIN_OIDC_ENABLED = bool(OIDC_ISSUER_URL and OIDC_RP_CLIENT_ID)
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 if ADMIN_OIDC_ENABLED:
-    AUTHENTICATION_BACKENDS.insert(0, "apps.core.auth.admin_oidc.AdminOIDCBackend")
+    AUTHENTICATION_BACKENDS.insert(0, "apps.identity.admin_oidc.AdminOIDCBackend")
     OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT", f"{OIDC_ISSUER_URL}/protocol/openid-connect/auth")
     OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT", f"{OIDC_ISSUER_URL}/protocol/openid-connect/token")
     OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT", f"{OIDC_ISSUER_URL}/protocol/openid-connect/userinfo")
@@ -298,7 +302,7 @@ CELERY_BEAT_SCHEDULE["memories-prune-events"] = {
 }
 
 # --- Embeddings (semantic search) -------------------------------------------------------------------------------
-# apps.core.embeddings: local = all-MiniLM-L6-v2 in-process (384 dims, needs requirements/embeddings.txt),
+# apps.retrieval.embeddings: local = all-MiniLM-L6-v2 in-process (384 dims, needs requirements/embeddings.txt),
 # openai = any OpenAI-compatible /embeddings endpoint, hash = lexical feature hashing (not semantic; tests/tiny installs).
 EMBEDDING_PROVIDER = env_str("EMBEDDING_PROVIDER", "local")
 EMBEDDING_BASE_URL = env_str("EMBEDDING_BASE_URL", "")  # e.g. https://api.openai.com/v1
@@ -322,7 +326,7 @@ EMBEDDING_PRECISION = env_str("EMBEDDING_PRECISION", "fp32")
 # Threads per process for the local model. Unset = the runtime's default (one per core); the web processes set 1
 # (config.asgi). EMBEDDING_TORCH_THREADS is its former name.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 0) or env_int("EMBEDDING_TORCH_THREADS", 0) or None
-# The ONNX export of the local model, made once (apps.core.embeddings.onnx_export).
+# The ONNX export of the local model, made once (apps.retrieval.embeddings.onnx_export).
 EMBEDDING_ONNX_DIR = Path(env_str("EMBEDDING_ONNX_DIR", str(DATA_DIR / "models"))).resolve()
 # Longest index text embedded as one piece by the openai provider (default 8000) or the hash provider (default
 # unlimited); longer fields are embedded as overlapping chunks. The local provider chunks by its own tokenizer.
@@ -343,13 +347,13 @@ ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS = env_int("ENCRYPTION_KEY_SCAN_TIMEOUT_SECON
 POLICY_ENGINE = env_str("POLICY_ENGINE", "embedded")  # embedded (regopy, in-process) | opa (sidecar REST Data API)
 SERVICE_POLICY_DIR = env_str("SERVICE_POLICY_DIR", "")  # also `manage.py --policy-dir DIR`; empty = built-ins only
 BUILTIN_POLICY_DIR = BASE_DIR / "policies"
-# Compiled Rego interpreters per process for the embedded engine (apps.core.policy.regopy_engine): evaluations beyond
+# Compiled Rego interpreters per process for the embedded engine (apps.policy.regopy_engine): evaluations beyond
 # this many at once wait; each holds ~0.8 MB.
 POLICY_INTERPRETERS = env_int("POLICY_INTERPRETERS", 4)
 OPA_URL = env_str("OPA_URL", "http://127.0.0.1:8181")
 OPA_TIMEOUT_SECONDS = float(env_str("OPA_TIMEOUT_SECONDS", "2"))
 
-# --- Background indexers (apps.core.indexing: memories and conversation search) ----------------------------------
+# --- Background indexers (apps.retrieval.indexing: memories and conversation search) ----------------------------------
 # A row whose own text fails (it cannot be decrypted, or it fails to embed while other text embeds) is retried after
 # 5 s, 10 s, 20 s ... (at most INDEXING_MAX_BACKOFF_SECONDS) and quarantined at its INDEXING_MAX_ATTEMPTS-th failure:
 # left alone until `manage.py indexing retry`. MEMORY_INDEXING_MAX_BACKOFF_SECONDS is the earlier name.

@@ -1,7 +1,7 @@
 """The embedded default: `make run` on a fresh machine, no external services.
 
 With DATABASE_URL / REDIS_URL unset, a PostgreSQL 18 + pgvector and a Valkey are started from PyPI wheels by
-config.embedded_services (data under DATA_DIR, default var/). Set either variable to use an external server instead;
+apps.runtime.embedded_services (data under DATA_DIR, default var/). Set either variable to use an external server instead;
 then nothing is started for it.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 
-from config import embedded_services
+from apps.runtime import embedded_services
 from config.env import database_from_url, env_bool, env_str
 
 from .base import *  # noqa: F403
@@ -19,7 +19,7 @@ from .base import DATA_DIR, DB_CONN_MAX_AGE, DEV_IDP_AUDIENCE, OIDC_AUDIENCE, OI
 DEBUG = env_bool("DEBUG", False)
 DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", True)
 if DEV_IDP_ENABLED and not OIDC_ISSUER_URL and not OIDC_AUDIENCE:
-    # The dev IdP is the issuer (apps.core.auth.tokens.trusted_issuer): check its tokens' audience as production
+    # The dev IdP is the issuer (apps.identity.tokens.trusted_issuer): check its tokens' audience as production
     # checks a real IdP's, so a token for another audience is refused here too.
     OIDC_AUDIENCE = [DEV_IDP_AUDIENCE]
 

@@ -16,8 +16,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from apps.attachments.models import AttachmentLink
-from apps.core.auth.api_keys import create_key
 from apps.core.models import AdminAuditRecord
+from apps.identity.api_keys import create_key
 from tests.attachments.conftest import body_of, upload_ok
 from tests.conftest import TEST_API_KEY
 

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from django.db import connection
 
-from config import embedded_services
+from apps.runtime import embedded_services
 from tests.conftest import TEST_API_KEY
 from tests.conversations.support import OWNER, append_ok, conv_path, create, new_id, sql
 

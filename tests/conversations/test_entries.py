@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from apps.core.auth.api_keys import create_key
+from apps.identity.api_keys import create_key
 from tests.conftest import TEST_API_KEY
 from tests.conversations.support import (
     ENTRY_FIELDS,

@@ -256,7 +256,7 @@ def test_odd_queries_never_fail(bob):
 
 
 def test_embedding_outage_auto_falls_back_to_fulltext_and_semantic_is_503(bob, monkeypatch):
-    from apps.core.embeddings import EmbeddingError, get_provider
+    from apps.retrieval.embeddings import EmbeddingError, get_provider
 
     cid = new_id()
     append_ok(bob, cid, "x", indexedContent="volcano eruption report")

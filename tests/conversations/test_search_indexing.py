@@ -1,6 +1,6 @@
 """The conversation search index under concurrency and crashes: 32 real HTTP clients on POST .../index, 32 indexer
 workers on one backlog, one indexer task per burst of appends, and a real Celery worker killed mid-batch whose
-entries another worker indexes within 30 s (work leases are session advisory locks, apps.core.leases)."""
+entries another worker indexes within 30 s (work leases are session advisory locks, apps.retrieval.leases)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 
 from apps.conversations import indexer, tasks
-from apps.core import leases
+from apps.retrieval import leases
 from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 from tests.concurrency import run_concurrently
 from tests.conversations.support import (
@@ -71,7 +71,7 @@ def test_32_concurrent_index_writers_leave_one_consistent_text_per_entry(client_
 
 
 def test_32_concurrent_indexer_workers_never_embed_an_entry_twice(client_for, monkeypatch):
-    from apps.core.embeddings import get_provider
+    from apps.retrieval.embeddings import get_provider
 
     bob = client_for("bob")
     cid = new_id()
@@ -99,17 +99,16 @@ def test_32_concurrent_indexer_workers_never_embed_an_entry_twice(client_for, mo
     assert len(found(bob, "harbour note")) == 1  # one result per conversation
 
 
-def test_a_burst_of_appends_requests_one_indexer_task(client_for, monkeypatch):
+def test_a_burst_of_appends_requests_one_indexer_task(client_for, indexer_wakeups):
     from apps.core.redis_client import get_client
 
-    sent: list[int] = []
-    monkeypatch.setattr(tasks.index_conversation_entries, "delay", lambda: sent.append(1))
+    sent = indexer_wakeups
     get_client().delete(indexer.INDEXER._requested_key())
     bob = client_for("bob")
     cid = new_id()
     for index in range(30):
         append_ok(bob, cid, f"burst {index}")
-    assert len(sent) == 1
+    assert sent == [indexer.INDEXER.task_name]
     # The task clears the flag before it claims: an append after it starts asks again.
     tasks.index_conversation_entries()
     append_ok(bob, cid, "after the run")

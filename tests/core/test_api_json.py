@@ -114,7 +114,7 @@ def test_disallowed_host_is_json_400(csrf_client, settings, debug, path):
     assert_d1(response)
 
 
-@pytest.mark.urls("tests.core.urls_probe")
+@pytest.mark.urls("tests.runtime.urls_probe")
 def test_request_data_too_big_is_json_413(csrf_client, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10
     response = csrf_client.post("/v1/probe/read-body", data="x" * 100, content_type="text/plain")
@@ -122,7 +122,7 @@ def test_request_data_too_big_is_json_413(csrf_client, settings):
     assert assert_d1(response)["code"] == "payload_too_large"
 
 
-@pytest.mark.urls("tests.core.urls_probe")
+@pytest.mark.urls("tests.runtime.urls_probe")
 def test_plain_views_under_v1_cannot_leak_html(csrf_client):
     """Django's bare 405 (empty text/html) and any HTML error page a plain view returns leave as D1 JSON."""
     not_allowed = csrf_client.get("/v1/probe/post-only")
@@ -138,7 +138,7 @@ def test_plain_views_under_v1_cannot_leak_html(csrf_client):
 
 
 @pytest.mark.parametrize("debug", [False, True], ids=["debug-off", "debug-on"])
-@pytest.mark.urls("tests.core.urls_probe")
+@pytest.mark.urls("tests.runtime.urls_probe")
 def test_plain_view_crash_under_v1_is_json_500(csrf_client, settings, debug):
     settings.DEBUG = debug
     csrf_client.raise_request_exception = False

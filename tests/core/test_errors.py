@@ -3,7 +3,7 @@
 import pytest
 from django.test import override_settings
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.core.urls_probe")]
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.runtime.urls_probe")]
 
 
 def assert_error(response, status, code):

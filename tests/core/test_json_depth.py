@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from apps.core.parsers import JSONParser, nesting_exceeds
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.core.urls_probe")]
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.runtime.urls_probe")]
 
 HOSTILE_DEPTH = 3000
 

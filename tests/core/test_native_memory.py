@@ -74,7 +74,7 @@ def test_request_threads_share_two_malloc_arenas() -> None:
 
 POLICY_LOOP = """
     import numpy  # noqa: F401  libstdc++ loaded before regopy, as numpy (torch, onnxruntime) are in the service
-    import apps.core.policy.regopy_engine  # noqa: F401  the service's import of regopy, after its preparation
+    import apps.policy.regopy_engine  # noqa: F401  the service's import of regopy, after its preparation
     import regopy
 
     def rss_mb():

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from apps.events import publisher, streams
-from config.embedded_services import RestartableValkey
+from apps.runtime.embedded_services import RestartableValkey
 from tests.conftest import TEST_API_KEY, _mint
 from tests.live_service import LiveService
 

@@ -11,7 +11,7 @@ import redis
 
 from apps.events import hub as hub_module
 from apps.events import streams
-from config.embedded_services import RestartableValkey
+from apps.runtime.embedded_services import RestartableValkey
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ def pytest_unconfigure(config) -> None:
     otherwise lives until interpreter shutdown and regopy's __del__ prints ignored TypeErrors there."""
     import gc
 
-    from apps.core.policy import reset_engine
+    from apps.policy import reset_engine
 
     reset_engine()
     gc.collect()

@@ -12,7 +12,7 @@ from django.db import connection
 
 from apps.core import crypto
 from apps.memories.models import Memory, MemoryEvent
-from config import embedded_services
+from apps.runtime import embedded_services
 
 MARKER = "plaintext-marker-7f3a9c"
 

@@ -15,7 +15,7 @@ import requests
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from apps.core.auth.principal import Principal
+from apps.identity.principal import Principal
 from apps.memories import services
 from apps.memories.models import Memory, MemoryEvent
 from tests.concurrency import run_concurrently

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from apps.core.auth.principal import Principal
+from apps.identity.principal import Principal
 from apps.memories import selectors
 
 pytestmark = pytest.mark.django_db

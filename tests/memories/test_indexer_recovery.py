@@ -1,6 +1,6 @@
 """The indexer under concurrency and crashes, with real threads and real Celery worker processes.
 
-Work leases are session-level advisory locks held by each worker's database connection (apps.core.leases): live workers
+Work leases are session-level advisory locks held by each worker's database connection (apps.retrieval.leases): live workers
 never embed the same version at once, and a worker killed mid-batch frees its rows the moment PostgreSQL sees its
 connection close, so another worker's next cycle takes them (issue 7, item 4: within 30 s, not after a timeout).
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from apps.core import leases
 from apps.memories import indexer
 from apps.memories.models import IndexStatus, Memory
+from apps.retrieval import leases
 from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 from tests.concurrency import run_concurrently
 
@@ -44,7 +44,7 @@ def searchable_keys(client, query: str) -> set[str]:
 
 
 def test_32_concurrent_workers_never_embed_a_version_twice(client_for, monkeypatch):
-    from apps.core.embeddings import get_provider
+    from apps.retrieval.embeddings import get_provider
 
     bob = client_for("bob")
     for index in range(160):

@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.core.embeddings import EmbeddingError
 from apps.memories import indexer
 from apps.memories.models import IndexStatus, Memory, MemoryVector
+from apps.retrieval.embeddings import EmbeddingError
 
 pytestmark = pytest.mark.django_db
 
@@ -134,37 +134,34 @@ def test_a_page_holds_the_live_matches_right_after_updates(bob, plan):
     assert [item["key"] for item in search(bob, "glacier ice core sample", limit=2)] == ["c"]
 
 
-def test_a_delete_wakes_the_indexer_to_remove_its_vectors(bob, monkeypatch, django_capture_on_commit_callbacks):
+def test_a_delete_wakes_the_indexer_to_remove_its_vectors(bob, indexer_wakeups, django_capture_on_commit_callbacks):
     from apps.core.redis_client import get_client
     from apps.memories import tasks
 
     put(bob, "doomed", "sand dune migration")
     indexer.run_cycle()
     get_client().delete(indexer.INDEXER._requested_key())
-    calls = []
-    monkeypatch.setattr(tasks.index_pending_memories, "delay", lambda: calls.append(1))
+    calls = indexer_wakeups
     with django_capture_on_commit_callbacks(execute=True):
         assert bob.delete("/v1/memories?ns=user&ns=bob&ns=notes&key=absent").status_code == 204
     assert calls == []  # nothing was deleted: nothing to remove
     with django_capture_on_commit_callbacks(execute=True):
         assert bob.delete("/v1/memories?ns=user&ns=bob&ns=notes&key=doomed").status_code == 204
-    assert calls == [1]
+    assert calls == [indexer.INDEXER.task_name]
     tasks.index_pending_memories.run()
     assert not MemoryVector.objects.filter(memory__key="doomed").exists()
     get_client().delete(indexer.INDEXER._requested_key())
 
 
 def test_a_delete_of_a_memory_without_vectors_leaves_the_indexer_asleep(
-    bob, monkeypatch, django_capture_on_commit_callbacks
+    bob, indexer_wakeups, django_capture_on_commit_callbacks
 ):
     from apps.core.redis_client import get_client
-    from apps.memories import tasks
 
     put(bob, "plain", "never indexed", index={})
     put(bob, "waiting", "not embedded yet")  # pending: the delete makes it `removed`, the indexer never embeds it
     get_client().delete(indexer.INDEXER._requested_key())
-    calls = []
-    monkeypatch.setattr(tasks.index_pending_memories, "delay", lambda: calls.append(1))
+    calls = indexer_wakeups
     for key in ("plain", "waiting"):
         with django_capture_on_commit_callbacks(execute=True):
             assert bob.delete(f"/v1/memories?ns=user&ns=bob&ns=notes&key={key}").status_code == 204
@@ -260,7 +257,7 @@ def test_non_admin_semantic_search_is_scoped_to_own_subtree(client_for, plan):
 
 
 def test_a_provider_outage_stops_the_cycle_and_leaves_rows_pending(bob, monkeypatch):
-    from apps.core.embeddings import get_provider
+    from apps.retrieval.embeddings import get_provider
 
     put(bob, "flaky", "northern lights photography")
     put(bob, "other", "aurora borealis")
@@ -299,7 +296,7 @@ def other_worker():
 
 
 def test_claims_of_a_live_worker_are_respected_and_die_with_its_connection(bob, other_worker):
-    from apps.core import leases
+    from apps.retrieval import leases
 
     put(bob, "a", "river delta ecology")
     put(bob, "b", "desert dune formation")
@@ -318,7 +315,7 @@ def test_claims_of_a_live_worker_are_respected_and_die_with_its_connection(bob, 
 
 
 def test_claims_split_a_batch_between_workers(bob, other_worker):
-    from apps.core import leases
+    from apps.retrieval import leases
 
     for index in range(5):
         put(bob, f"k{index}", f"topic {index}")
@@ -332,8 +329,8 @@ def test_claims_split_a_batch_between_workers(bob, other_worker):
 
 
 def test_claims_are_released_after_a_cycle_and_after_a_failure(bob, other_worker, monkeypatch):
-    from apps.core import leases
-    from apps.core.embeddings import get_provider
+    from apps.retrieval import leases
+    from apps.retrieval.embeddings import get_provider
 
     put(bob, "ok", "glacier retreat")
     indexer.run_cycle()
@@ -349,7 +346,7 @@ def test_claims_are_released_after_a_cycle_and_after_a_failure(bob, other_worker
 
 def test_superseded_while_embedding_gets_no_vectors(bob, monkeypatch):
     put(bob, "race", "first version text")
-    from apps.core.embeddings import get_provider
+    from apps.retrieval.embeddings import get_provider
 
     provider = get_provider()
     original = provider.embed_documents
@@ -379,25 +376,24 @@ def test_backlog_is_visible_in_readyz_and_metrics(bob, api):
     assert api.get("/readyz").json()["indexer"]["backlog"] == 0
 
 
-def test_indexing_is_requested_once_per_burst_after_commit(bob, monkeypatch, django_capture_on_commit_callbacks):
+def test_indexing_is_requested_once_per_burst_after_commit(bob, indexer_wakeups, django_capture_on_commit_callbacks):
     from apps.core.redis_client import get_client
     from apps.memories import tasks
 
     get_client().delete(indexer.INDEXER._requested_key())
-    calls = []
-    monkeypatch.setattr(tasks.index_pending_memories, "delay", lambda: calls.append(1))
+    calls = indexer_wakeups
     with django_capture_on_commit_callbacks(execute=True):
         put(bob, "soon", "searchable within a second")
-    assert calls == [1]
+    assert calls == [indexer.INDEXER.task_name]
     with django_capture_on_commit_callbacks(execute=True):
         put(bob, "never", "no index", index={})  # nothing to embed: no request
         put(bob, "burst", "another indexed write while a task is already waiting")
-    assert calls == [1]
+    assert calls == [indexer.INDEXER.task_name]
     # The worker clears the request when it starts, so the next write asks again.
     tasks.index_pending_memories.run()
     with django_capture_on_commit_callbacks(execute=True):
         put(bob, "later", "written after the worker started")
-    assert calls == [1, 1]
+    assert calls == [indexer.INDEXER.task_name] * 2
     get_client().delete(indexer.INDEXER._requested_key())
 
 
@@ -487,7 +483,7 @@ def test_a_long_field_is_embedded_as_overlapping_chunks_covering_all_of_it(bob, 
     numbers = list(chunks.values_list("chunk", flat=True))
     assert numbers == list(range(len(numbers))) and len(numbers) > 5
     assert MemoryVector.objects.filter(memory__key="long", field="title").count() == 1
-    from apps.core.embeddings import get_provider
+    from apps.retrieval.embeddings import get_provider
 
     pieces = get_provider().chunk(text)
     assert len(pieces) == len(numbers)
@@ -527,7 +523,7 @@ def test_real_model_finds_a_match_at_the_end_of_a_long_field(bob, settings):
 @pytest.mark.model
 def test_real_model_chunks_fit_the_window_and_cover_the_text(settings):
     settings.EMBEDDING_PROVIDER = "local"
-    from apps.core.embeddings import get_provider, minilm
+    from apps.retrieval.embeddings import get_provider, minilm
 
     provider = get_provider()
     text = "  " + "".join(f"Zürich 東京 naïve café, line {i} of numbers and words; " for i in range(400)) + "the end.  "

@@ -15,10 +15,10 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 from tqdm import tqdm
 
-from apps.core import indexing
-from apps.core.embeddings import get_provider
 from apps.memories import vector_index
 from apps.memories.indexer import INDEXER
+from apps.retrieval import indexing
+from apps.retrieval.embeddings import get_provider
 
 
 class Command(BaseCommand):

@@ -1,9 +1,0 @@
-"""Routes under /v1 owned by the core app."""
-
-from django.urls import path
-
-from apps.core.auth import views as auth_views
-
-urlpatterns = [
-    path("me", auth_views.me, name="me"),
-]

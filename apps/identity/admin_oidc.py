@@ -1,0 +1,59 @@
+"""Operator login to Django admin through the OIDC provider (used when ADMIN_OIDC_ENABLED).
+
+Only users whose roles (the same role claims as the API, D2) include ADMIN_ROLE get in; they are created or updated
+as staff superusers. Everybody else is refused, however valid their login.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
+from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+
+from apps.identity import tokens
+
+logger = logging.getLogger(__name__)
+
+
+class AdminOIDCBackend(OIDCAuthenticationBackend):
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Userinfo merged with the verified ID token, with roles gathered from both and from the access token:
+        Keycloak, for one, puts realm roles only in the access token by default."""
+        userinfo = super().get_userinfo(access_token, id_token, payload)
+        claims: dict[str, Any] = {**payload, **userinfo}
+        roles = set(tokens.roles_from_claims(claims, settings.OIDC_ROLE_CLAIMS))
+        try:
+            # The admin client's access token may be issued to another audience than the API's.
+            roles.update(tokens.verify_token(access_token, check_audience=False).roles)
+        except tokens.TokenError:
+            pass
+        claims["roles"] = sorted(roles)
+        return claims
+
+    def verify_claims(self, claims: dict[str, Any]) -> bool:
+        allowed = settings.ADMIN_ROLE in claims.get("roles", [])
+        if not allowed:
+            logger.warning("admin login refused: user lacks the %s role", settings.ADMIN_ROLE)
+        return allowed
+
+    def filter_users_by_claims(self, claims: dict[str, Any]) -> QuerySet:
+        username = tokens.user_id_from_claims(claims, settings.OIDC_USER_ID_CLAIMS)
+        if not username:
+            return self.UserModel.objects.none()
+        return self.UserModel.objects.filter(username=username)
+
+    def create_user(self, claims: dict[str, Any]) -> Any:
+        username = tokens.user_id_from_claims(claims, settings.OIDC_USER_ID_CLAIMS)
+        user = get_user_model().objects.create_user(username=username, email=claims.get("email", ""))
+        return self.update_user(user, claims)
+
+    def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
+        user.is_staff = True
+        user.is_superuser = True
+        user.email = claims.get("email", user.email)
+        user.save(update_fields=["is_staff", "is_superuser", "email"])
+        return user

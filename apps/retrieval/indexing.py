@@ -1,0 +1,433 @@
+"""The background indexing framework: what the memory indexer and the conversation indexer share.
+
+An app subclasses :class:`Indexer` and says only what is pending (SQL over its own table), how to re-read a leased
+row, how to turn a row into text (:meth:`Indexer.work`) and where the vectors go (:meth:`Indexer.store`). The
+framework does the rest, the same way for both:
+
+* **Leases.** A cycle takes a batch with session-level advisory locks held by the worker's connection
+  (apps.retrieval.leases): live workers never embed the same row at once, a slow model never blocks a write on the row,
+  and a worker killed mid-batch holds nothing once PostgreSQL sees its connection close, so the next cycle of any
+  worker (beat runs one every interval) takes those rows again. Candidates are the oldest due rows; more are asked
+  for than the batch, so rows other workers hold do not leave this one idle, and the leased rows are re-read (a row
+  finished by another worker between the query and the lease is not done twice).
+* **Per-row failures.** A row that cannot be turned into text (:class:`RowError`, e.g. a value the key ring cannot
+  decrypt) or whose text fails to embed while the provider embeds other text fine is that row's failure alone: the
+  rest of its batch is embedded (the failing rows are found by halving the batch), and the row is retried after
+  ``5 s * 2**(failures - 1)`` (at most INDEXING_MAX_BACKOFF_SECONDS). After INDEXING_MAX_ATTEMPTS failures it is
+  **quarantined**: never taken again automatically, counted apart from the backlog, logged with its id and reason
+  (never its content), and shown by ``manage.py indexing quarantined``; ``manage.py indexing retry`` puts it back.
+  So one poison row never blocks the queue, and never loops forever.
+* **Provider outages.** When the provider cannot embed even a probe text, nothing is the rows' fault: the cycle stops
+  and the rows stay pending, untouched, for the next cycle (beat's, within the interval).
+* **Wake-ups.** Writes ask for a run after commit (one Celery task per burst, through a Redis flag); beat's periodic
+  run is the safety net and sweeps the whole backlog, whether or not a wake-up got through (Redis down, broker
+  lost): the work list is the database, never the queue.
+* **Visibility.** Backlog, age of the oldest pending row and quarantined rows go to /readyz and /metrics after
+  every cycle; failures are counted per reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import redis
+from celery import current_app
+from django.conf import settings
+from django.db import connection
+from prometheus_client import Gauge
+
+from apps.core import metrics, readiness
+from apps.core.redis_client import get_client
+from apps.retrieval import leases, vectors
+from apps.retrieval.embeddings import EmbeddingError, EmbeddingProvider, get_provider
+
+logger = logging.getLogger(__name__)
+
+# What the provider embeds to tell "this row's text fails" from "the provider fails": plain, short, always valid.
+PROBE_TEXT = "indexer probe"
+RETRY_BASE_SECONDS = 5
+
+# Appended to the app's UPDATE that stores a row's vectors: a row that indexes has no failure left.
+CLEARED_STATE_SQL = "index_failures = 0, index_error = NULL, index_retry_at = NULL"
+# Written with every new text of a row (a quarantined text replaced by another deserves a fresh start).
+RESET_STATE_SQL = f"{CLEARED_STATE_SQL}, index_quarantined_at = NULL"
+
+
+def due_sql(alias: str = "t") -> str:
+    """The rows a cycle may take now: not quarantined, not waiting out a failure's backoff."""
+    return (
+        f"{alias}.index_quarantined_at IS NULL "
+        f"AND ({alias}.index_retry_at IS NULL OR {alias}.index_retry_at <= now())"
+    )
+
+
+@dataclass
+class CycleReport:
+    indexed: int = 0  # rows whose vectors are now stored
+    failed: int = 0  # rows that failed this cycle (their own failure, or the provider's)
+    quarantined: int = 0  # rows quarantined this cycle
+    removed: int = 0  # what Indexer.before_cycle cleaned up (the memory indexer: vectors of ended versions)
+    stalled: bool = False  # the provider failed as a whole: the cycle stopped, the rows stay pending
+
+
+@dataclass
+class Work:
+    """One leased row, ready to embed: ``texts`` are ``(field, text)`` pairs (blank texts get no vector, long ones are
+    chunked to the model's window); ``data`` is whatever :meth:`Indexer.store` needs besides the vectors."""
+
+    id: Any
+    texts: list[tuple[Any, str]]
+    data: Any = None
+
+
+# (field, chunk number, vector) of one row.
+Vector = tuple[Any, int, list[float]]
+
+
+class RowError(Exception):
+    """Raised by :meth:`Indexer.work` when this row cannot be turned into text. ``reason`` is a short word
+    ("decrypt") and ``details`` small identifiers (a key id); both are logged and stored, so neither may hold
+    content."""
+
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.details = details
+
+
+@dataclass(frozen=True)
+class Status:
+    pending: int  # rows waiting (including those backing off after a failure), quarantined ones not counted
+    oldest_pending_seconds: float
+    quarantined: int
+
+
+class Indexer(ABC):
+    """One background indexer. Subclasses set the class attributes and implement the abstract methods; the table
+    named by ``table`` has an ``id`` primary key and the columns of apps.retrieval.models.IndexState."""
+
+    name: ClassVar[str]  # "memory", "conversation": logs, the metrics' ``indexer`` label, ``manage.py indexing``
+    lease_kind: ClassVar[int]  # apps.retrieval.leases kind
+    table: ClassVar[str]  # the table holding the rows (and their IndexState columns)
+    from_sql: ClassVar[str]  # FROM clause of the rows this indexer looks at: ``table`` as ``t``, plus any joins
+    size_sql: ClassVar[str] = "NULL"  # bytes of text a row brings to a batch (for batch_text_bytes_setting)
+    readiness_key: ClassVar[str]  # its entry in /readyz
+    backlog_gauge: ClassVar[Gauge]
+    lag_gauge: ClassVar[Gauge]
+    interval_setting: ClassVar[str]  # beat's period, in seconds
+    # The Celery task that runs a cycle (the app's tasks.py defines it under this name). Sent by name, so a write
+    # path asks for a run through its indexer without importing the tasks module that imports its services.
+    task_name: ClassVar[str]
+    batch_size_setting: ClassVar[str]
+    batch_text_bytes_setting: ClassVar[str | None] = None  # a batch also ends at this much text (at least one row)
+
+    # --- What an app supplies ----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def pending(self) -> list[str]:
+        """SQL predicates over ``t`` (and the joins of ``from_sql``): a row needs work when one of them holds. One per
+        partial index: the candidate query is a UNION ALL of them, each walked oldest first."""
+
+    def pending_sql(self) -> str:
+        """``pending()`` as one SQL condition: any of its predicates."""
+        return " OR ".join(f"({arm})" for arm in self.pending())
+
+    @abstractmethod
+    def load(self, ids: list[Any]) -> list[tuple]:
+        """Re-read the leased ``ids`` that are still pending and due (``due_sql()``); ``row[0]`` is the id."""
+
+    @abstractmethod
+    def work(self, row: tuple) -> Work:
+        """The texts to embed for one loaded row; raise :class:`RowError` when the row cannot give any."""
+
+    @abstractmethod
+    def store(self, done: list[tuple[Work, list[Vector]]], model: str) -> int:
+        """Write the vectors of the rows that are still pending (re-checked under a row lock, in one transaction)
+        and mark them done (with ``CLEARED_STATE_SQL``); returns how many rows were stored."""
+
+    @abstractmethod
+    def check_index(self, dimension: int) -> None:
+        """Look up the vector index for ``dimension`` (a warning when missing): ``manage.py migrate`` creates it,
+        never a worker, which may run as a database role without DDL rights (apps.retrieval.vectors)."""
+
+    def before_cycle(self, batch_size: int) -> int:
+        """Work done before embedding (e.g. removing vectors of ended rows); returns how many rows it touched."""
+        return 0
+
+    # --- The cycle ---------------------------------------------------------------------------------------------
+
+    def run_cycle(self, batch_size: int | None = None, max_batches: int = 50) -> CycleReport:
+        """One run: ``before_cycle``, then lease, embed and store batches until nothing is due, ``max_batches`` ran
+        or the provider failed."""
+        batch_size = batch_size or getattr(settings, self.batch_size_setting)
+        report = CycleReport(removed=self.before_cycle(batch_size))
+        provider = get_provider()
+        model = vectors.model_tag(provider)
+        self.check_index(provider.dimension)
+        for _ in range(max_batches):
+            rows = self.claim(batch_size)
+            if not rows:
+                break
+            try:
+                self._index_batch(rows, provider, model, report)
+            finally:
+                leases.release_quietly(self.lease_kind, [row[0] for row in rows])
+            if report.stalled:
+                break
+        self.update_metrics()
+        return report
+
+    def claim(self, batch_size: int) -> list[tuple]:
+        """Lease and load up to ``batch_size`` due rows for this worker; the caller must ``release`` them."""
+        sizes = self._candidates(batch_size * 4)
+        mine = leases.try_take(self.lease_kind, list(sizes), limit=batch_size)
+        if not mine:
+            return []
+        cap = getattr(settings, self.batch_text_bytes_setting) if self.batch_text_bytes_setting else None
+        if cap is not None:
+            # A few rows with 256 KiB of text each take minutes to embed, and a batch is searchable only when all
+            # of it is stored.
+            kept, total = 0, 0
+            for row_id in mine:
+                total += sizes[row_id] or 0
+                if kept and total > cap:
+                    break
+                kept += 1
+            if kept < len(mine):
+                leases.release_quietly(self.lease_kind, mine[kept:])
+                mine = mine[:kept]
+        try:
+            rows = self.load(mine)
+        except BaseException:
+            leases.release_quietly(self.lease_kind, mine)
+            raise
+        done_meanwhile = set(mine) - {row[0] for row in rows}
+        if done_meanwhile:
+            leases.release_quietly(self.lease_kind, done_meanwhile)
+        return rows
+
+    def release(self, ids: Sequence[Any]) -> None:
+        leases.release_quietly(self.lease_kind, ids)
+
+    def _candidates(self, limit: int) -> dict[Any, int | None]:
+        parts = [
+            f"(SELECT t.id, t.created_at, {self.size_sql} AS size FROM {self.from_sql} "  # noqa: S608 - code's SQL
+            f"WHERE ({arm}) AND {due_sql()} ORDER BY t.created_at LIMIT %s)"
+            for arm in self.pending()
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, size FROM ({' UNION ALL '.join(parts)}) AS c ORDER BY created_at",  # noqa: S608
+                [limit] * len(parts),
+            )
+            return dict(cursor.fetchall())
+
+    def _index_batch(self, rows: list[tuple], provider: EmbeddingProvider, model: str, report: CycleReport) -> None:
+        started = time.perf_counter()
+        works: list[Work] = []
+        for row in rows:
+            try:
+                works.append(self.work(row))
+            except RowError as exc:
+                self._row_failed(row[0], exc.reason, exc.details, report)
+            except Exception as exc:  # a bug in deriving one row's text must not stall the queue either
+                self._row_failed(row[0], "prepare", {"error": type(exc).__name__}, report)
+        if not works:
+            return
+        failed: list[tuple[Work, Exception]] = []
+        try:
+            done = _embed(provider, works)
+        except Exception as exc:
+            if not _provider_works(provider):
+                logger.warning(
+                    "embedding provider failed; the cycle stops and the rows stay pending",
+                    extra={"indexer": self.name, "rows": len(works)}, exc_info=True,
+                )  # fmt: skip
+                report.failed += len(works)
+                report.stalled = True
+                if isinstance(exc, EmbeddingError):
+                    return
+                raise
+            done, failed = _isolate(provider, works, exc)
+        for work, exc in failed:
+            self._row_failed(work.id, "embedding", {"error": type(exc).__name__}, report)
+        if done:
+            report.indexed += self.store(done, model)
+        logger.info(
+            "rows indexed",
+            extra={
+                "indexer": self.name, "rows": len(done), "failed": len(rows) - len(done),
+                "vectors": sum(len(vectors_of_row) for _work, vectors_of_row in done),
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )  # fmt: skip
+
+    def _row_failed(self, row_id: Any, reason: str, details: dict[str, Any], report: CycleReport) -> None:
+        """Count one failure of this row: back off, or quarantine it at INDEXING_MAX_ATTEMPTS."""
+        described = reason + "".join(f" {key}={value}" for key, value in details.items())
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {self.table} SET index_failures = index_failures + 1, index_error = %s, "  # noqa: S608
+                "index_retry_at = now() + make_interval(secs => least(%s, %s * power(2, index_failures))), "
+                "index_quarantined_at = CASE WHEN index_failures + 1 >= %s THEN now() END "
+                "WHERE id = %s RETURNING index_failures, index_quarantined_at IS NOT NULL",
+                [described, settings.INDEXING_MAX_BACKOFF_SECONDS, RETRY_BASE_SECONDS,
+                 settings.INDEXING_MAX_ATTEMPTS, row_id],
+            )  # fmt: skip
+            failures, quarantined = cursor.fetchone() or (0, False)
+        report.failed += 1
+        metrics.INDEXER_ROW_FAILURES.labels(self.name, reason).inc()
+        # Ids, the reason and identifiers such as a key id: never the row's text.
+        log = {"indexer": self.name, "row_id": str(row_id), "reason": reason, "failures": failures, **details}
+        if quarantined:
+            report.quarantined += 1
+            logger.error("row quarantined after repeated failures; `manage.py indexing retry` retries it", extra=log)
+        else:
+            logger.warning("row failed to index; retrying it after a backoff", extra=log)
+
+    # --- Backlog, readiness, metrics ---------------------------------------------------------------------------
+
+    def status(self) -> Status:
+        quarantined = "t.index_quarantined_at IS NOT NULL"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FILTER (WHERE NOT ({quarantined})), "  # noqa: S608 - code's SQL
+                f"coalesce(extract(epoch FROM now() - min(t.created_at) FILTER (WHERE NOT ({quarantined}))), 0), "
+                f"count(*) FILTER (WHERE {quarantined}) "
+                f"FROM {self.from_sql} WHERE {self.pending_sql()}"
+            )
+            pending, lag, quarantined_count = cursor.fetchone()
+        return Status(int(pending), float(lag), int(quarantined_count))
+
+    def update_metrics(self) -> Status:
+        status = self.status()
+        self.backlog_gauge.set(status.pending)
+        self.lag_gauge.set(status.oldest_pending_seconds)
+        metrics.INDEXER_QUARANTINED.labels(self.name).set(status.quarantined)
+        return status
+
+    def readiness_info(self) -> dict:
+        status = self.update_metrics()
+        return {
+            "backlog": status.pending,
+            "oldest_pending_seconds": round(status.oldest_pending_seconds, 3),
+            "quarantined": status.quarantined,
+        }
+
+    # --- Quarantine (operators) --------------------------------------------------------------------------------
+
+    def quarantined_rows(self, limit: int = 100) -> list[dict]:
+        """The quarantined rows, oldest first: id, failures, reason, since when. No content."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT t.id, t.index_failures, t.index_error, t.index_quarantined_at FROM {self.from_sql} "  # noqa: S608
+                f"WHERE t.index_quarantined_at IS NOT NULL AND ({self.pending_sql()}) ORDER BY t.index_quarantined_at, t.id LIMIT %s",
+                [limit],
+            )
+            return [
+                {"id": row_id, "failures": failures, "error": error, "quarantined_at": since}
+                for row_id, failures, error, since in cursor.fetchall()
+            ]
+
+    def retry_quarantined(self, ids: Sequence[Any] | None = None) -> int:
+        """Put quarantined rows (all, or those of ``ids``) back in the queue with no failure counted."""
+        where = "index_quarantined_at IS NOT NULL" + (" AND id = ANY(%s)" if ids is not None else "")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {self.table} SET {RESET_STATE_SQL} WHERE {where}",  # noqa: S608 - code's SQL
+                [list(ids)] if ids is not None else [],
+            )
+            count = cursor.rowcount
+        self.update_metrics()
+        return count
+
+    # --- Wake-ups ----------------------------------------------------------------------------------------------
+
+    def _requested_key(self) -> str:
+        # Per database, so services (and test runs) sharing one Redis do not suppress each other's requests.
+        return f"memory-service:{connection.settings_dict['NAME']}:{self.name}-indexing-requested"
+
+    def request_run(self) -> None:
+        """Ask a worker to run this indexer's task (``task_name``) soon, publishing at most one task while one is
+        already waiting: the flag is set with NX, so a burst of writes publishes one task, not one per write (a
+        publish costs more than the write's own SQL). The task clears the flag before it leases rows, so a write
+        committed after that asks again; the TTL only guards against a task lost with its broker."""
+        interval = getattr(settings, self.interval_setting)
+        if get_client().set(self._requested_key(), "1", nx=True, ex=interval * 2):
+            current_app.send_task(self.task_name)
+
+    def request_run_quietly(self) -> None:
+        """``request_run`` for ``transaction.on_commit`` hooks: a broker hiccup must not fail a committed write
+        (beat's periodic run picks the row up)."""
+        try:
+            self.request_run()
+        except Exception:
+            logger.warning("could not request an indexer run; the periodic run will pick the write up",
+                           extra={"indexer": self.name})
+
+    def run_requested(self) -> CycleReport:
+        """The Celery task's body: clear the request, then run a cycle. A Redis that is down right then does not
+        stop the cycle: the database holds the work, and leaving the flag only delays wake-ups until it expires."""
+        try:
+            get_client().delete(self._requested_key())
+        except redis.RedisError:
+            logger.warning("could not clear the indexer's wake-up flag", extra={"indexer": self.name})
+        return self.run_cycle()
+
+
+def _embed(provider: EmbeddingProvider, works: list[Work]) -> list[tuple[Work, list[Vector]]]:
+    """Every text of ``works`` chunked and embedded in one call, handed back per row."""
+    texts = [(work.id, name, text) for work in works for name, text in work.texts if text.strip()]
+    embedded = provider.embed_chunked([text for *_address, text in texts]) if texts else []
+    by_row: dict[Any, list[Vector]] = {work.id: [] for work in works}
+    for (row_id, name, _text), of_text in zip(texts, embedded, strict=True):
+        by_row[row_id].extend((name, number, vector) for number, vector in enumerate(of_text))
+    return [(work, by_row[work.id]) for work in works]
+
+
+def _provider_works(provider: EmbeddingProvider) -> bool:
+    try:
+        _embed(provider, [Work(None, [(None, PROBE_TEXT)])])
+    except Exception:
+        return False
+    return True
+
+
+def _isolate(
+    provider: EmbeddingProvider, works: list[Work], error: Exception
+) -> tuple[list[tuple[Work, list[Vector]]], list[tuple[Work, Exception]]]:
+    """``works`` failed together (with ``error``) while the provider embeds other text: embed them by halves to find
+    the rows that fail on their own (about 2 log2(n) calls for one such row in n)."""
+    if len(works) == 1:
+        return [], [(works[0], error)]
+    done: list[tuple[Work, list[Vector]]] = []
+    failed: list[tuple[Work, Exception]] = []
+    middle = len(works) // 2
+    for half in (works[:middle], works[middle:]):
+        try:
+            done += _embed(provider, half)
+        except Exception as exc:
+            more_done, more_failed = _isolate(provider, half, exc)
+            done += more_done
+            failed += more_failed
+    return done, failed
+
+
+# --- Registry (AppConfig.ready registers each app's indexer) ---------------------------------------------------
+
+_registry: dict[str, Indexer] = {}
+
+
+def register(indexer: Indexer) -> None:
+    """Make ``indexer`` known to ``manage.py indexing`` and show its backlog in /readyz."""
+    _registry[indexer.name] = indexer
+    readiness.register_info(indexer.readiness_key, indexer.readiness_info)
+
+
+def registered() -> dict[str, Indexer]:
+    return dict(_registry)
