@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "apps.sharing",
     "apps.attachments",
     "apps.events",
+    "apps.mcp",
 ]
 # daphne's app only makes `manage.py runserver` serve config.asgi (SSE included) during development. Importing it
 # loads Twisted and Autobahn, ~22 MB in every process (web, worker) that never uses them (issue 12): only runserver
@@ -247,6 +248,11 @@ SSE_EVICTION_GRACE_SECONDS = float(env_str("SSE_EVICTION_GRACE_SECONDS", "10"))
 # After Redis refused an event, writes skip publishing for this long (their recipients get `invalidate` later).
 SSE_PUBLISH_BACKOFF_SECONDS = float(env_str("SSE_PUBLISH_BACKOFF_SECONDS", "5"))
 SSE_REDIS_PREFIX = env_str("SSE_REDIS_PREFIX", "sse:")
+
+# --- MCP server (D11, apps.mcp) ---------------------------------------------------------------------------------
+# The public URL of /mcp (e.g. https://memory.example.com/mcp), named in the protected-resource metadata and the
+# 401 challenge. Empty: the URL each request came in on (scheme and Host as the server sees them).
+MCP_RESOURCE_URL = env_str("MCP_RESOURCE_URL", "")
 
 # --- Logging ----------------------------------------------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
