@@ -72,10 +72,15 @@ async def application(scope: dict, receive: Callable, send: Callable) -> None:
     """The metadata document (GET, HEAD; OPTIONS for browsers' preflight)."""
     if scope["type"] != "http":
         return
-    token = set_request_id(request_id_for(_header(scope, b"x-request-id")))
+    request_id = request_id_for(_header(scope, b"x-request-id"))
+    token = set_request_id(request_id)
     try:
         method = scope["method"]
-        cors = [(b"access-control-allow-origin", b"*"), (b"access-control-allow-methods", b"GET, HEAD, OPTIONS")]
+        cors = [
+            (b"access-control-allow-origin", b"*"),
+            (b"access-control-allow-methods", b"GET, HEAD, OPTIONS"),
+            (b"x-request-id", request_id.encode()),
+        ]
         if method == "OPTIONS":
             await send({"type": "http.response.start", "status": 204, "headers": cors})
             await send({"type": "http.response.body", "body": b""})
@@ -87,9 +92,13 @@ async def application(scope: dict, receive: Callable, send: Callable) -> None:
             extra = [(b"cache-control", caching), *cors]
         else:
             error = errors.ApiError(405, f"Method {method} is not allowed.", headers={"Allow": "GET, HEAD, OPTIONS"})
-            status, body, extra = 405, errors.body(error), [(b"allow", b"GET, HEAD, OPTIONS")]
+            status, body, extra = 405, errors.body(error), [(b"allow", b"GET, HEAD, OPTIONS"), cors[-1]]
         payload = JSONRenderer().render(body)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            *extra,
+        ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else payload})
     finally:

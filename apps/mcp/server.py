@@ -200,9 +200,10 @@ class McpApplication:
             elapsed = time.perf_counter() - started
             answered = 499 if status is None else status  # the client left before any answer
             metrics.observe_request(scope["method"], ROUTE, answered, elapsed)
+            duration_ms = round(elapsed * 1000, 2)
             access_log.info(
                 "request",
-                extra={"method": scope["method"], "route": ROUTE, "status": answered, "duration_ms": round(elapsed * 1000, 2)},
+                extra={"method": scope["method"], "route": ROUTE, "status": answered, "duration_ms": duration_ms},
             )
             reset_request_id(token)
 
@@ -219,6 +220,19 @@ class McpApplication:
             return
         if authenticated is None:
             await _send_error(send, _with_metadata(errors.unauthenticated(), scope), scope)
+            return
+        if scope["method"] != "POST":
+            # Stateless: no server-initiated messages, so no GET stream to open and no session to DELETE. The spec
+            # lets such a server answer 405 (a GET would otherwise hold a connection open with nothing to say).
+            refusal = errors.ApiError(405, f"Method {scope['method']} is not allowed.", headers={"Allow": "POST"})
+            await _send_error(send, refusal, scope)
+            return
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > settings.REQUEST_MAX_BODY_BYTES:
+            # As the REST API (apps.core.middleware.BodySizeLimitMiddleware): D1's 413 from the header, unread. A
+            # chunked body is held to the same limit by the SDK while it reads.
+            limit = settings.REQUEST_MAX_BODY_BYTES
+            await _send_error(send, errors.payload_too_large(f"Request body exceeds {limit} bytes."), scope)
             return
         scope[PRINCIPAL_KEY] = authenticated[0]
         scope[REQUEST_ID_KEY] = request_id

@@ -66,6 +66,8 @@ class Tool:
     read_only: bool
     destructive: bool = False
     idempotent: bool = False
+    # REST field -> argument, for refusals that name the REST field (the body the handler built, a cursor).
+    names: Mapping[str, str] = field(default_factory=dict)
     # Arguments the handler checks itself before the serializer (the fast path of get/delete); see _address.
     fast_arguments: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = field(default=None, repr=False)
 
@@ -91,24 +93,28 @@ class Tool:
 # --- Validation -----------------------------------------------------------------------------------------------------
 
 
-def validated_as(
-    serializer_class: type[serializers.Serializer], data: Any, names: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """``data`` validated by ``serializer_class``; a refusal is D1's 400 (or the serializer's own 413), its
-    ``details.fields`` named as the tool's arguments (``names``: serializer field -> argument)."""
+def validated_as(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    """``data`` validated by ``serializer_class``; a refusal is D1's 400 naming the fields (or the serializer's own
+    413)."""
     serializer = serializer_class(data=data)
     try:
         serializer.is_valid(raise_exception=True)
     except serializers.ValidationError as exc:
-        error = errors.from_exception(exc)
-        if names and error.details and isinstance(error.details.get("fields"), dict):
-            error.details["fields"] = {_renamed(name, names): problem for name, problem in error.details["fields"].items()}
-        raise error from None
+        raise errors.from_exception(exc) from None
     return serializer.validated_data
 
 
+def renamed(error: errors.ApiError, names: Mapping[str, str]) -> errors.ApiError:
+    """``error`` with the REST field names of its ``details.fields`` replaced by the tool's argument names (a REST
+    serializer's refusal, or a cursor the selector refused as ``afterCursor``)."""
+    fields = (error.details or {}).get("fields")
+    if names and isinstance(fields, dict):
+        error.details["fields"] = {_renamed(name, names): problem for name, problem in fields.items()}
+    return error
+
+
 def _renamed(field_name: str, names: Mapping[str, str]) -> str:
-    # "content[0]" and "ns.1" keep their suffix: only the leading field name is the argument's.
+    # "content[0]" and "ns.1" keep their suffix: only the leading field name is the argument's. The first match wins.
     for source, target in names.items():
         if field_name == source or field_name.startswith((f"{source}[", f"{source}.")):
             return target + field_name[len(source) :]
@@ -322,7 +328,7 @@ def create_conversation(principal: Principal, data: dict[str, Any]) -> dict[str,
     body = {name: data[name] for name in ("title", "metadata") if name in data}
     if "conversation_id" in data:
         body["id"] = str(data["conversation_id"])
-    body = validated_as(conversation_serializers.ConversationCreateSerializer, body, {"id": "conversation_id"})
+    body = validated_as(conversation_serializers.ConversationCreateSerializer, body)
     return conversation_services.create_conversation(
         principal, conversation_id=body.get("id"), title=body.get("title"), metadata=body.get("metadata")
     )
@@ -376,7 +382,7 @@ class AppendEntryArguments(StrictSerializer):
 
 def append_entry(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
     body = {"channel": data["channel"], "content": [{"role": data["role"], "text": data["text"]}]}
-    body = validated_as(conversation_serializers.EntryAppendSerializer, body, {"content[0].text": "text"})
+    body = validated_as(conversation_serializers.EntryAppendSerializer, body)
     return conversation_services.append_entry(principal, data["conversation_id"], body)
 
 
@@ -404,7 +410,7 @@ _SEARCH_NAMES = {"afterCursor": "after_cursor", "searchType": "search_type"}
 def search_conversations(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
     body = {rest: data[argument] for rest, argument in _SEARCH_NAMES.items() if argument in data}
     body.update({name: data[name] for name in ("query", "limit") if name in data})
-    body = validated_as(conversation_serializers.SearchSerializer, body, _SEARCH_NAMES)
+    body = validated_as(conversation_serializers.SearchSerializer, body)
     return conversation_search.search(
         conversation_search.SearchScope(principal.user_id),
         query=body["query"],
@@ -496,6 +502,7 @@ TOOLS: dict[str, Tool] = {
             ListConversationsArguments,
             page_of(conversation_responses.ConversationListItem),
             list_conversations,
+            names={"afterCursor": "after_cursor"},
             read_only=True,
         ),
         Tool(
@@ -505,6 +512,7 @@ TOOLS: dict[str, Tool] = {
             CreateConversationArguments,
             conversation_responses.ConversationResponse,
             create_conversation,
+            names={"id": "conversation_id"},
             read_only=False,
         ),
         Tool(
@@ -515,6 +523,7 @@ TOOLS: dict[str, Tool] = {
             ListEntriesArguments,
             page_of(conversation_responses.EntryResponse),
             list_entries,
+            names={"afterCursor": "after_cursor"},
             read_only=True,
         ),
         Tool(
@@ -525,6 +534,7 @@ TOOLS: dict[str, Tool] = {
             AppendEntryArguments,
             conversation_responses.EntryResponse,
             append_entry,
+            names={"content[0].text": "text", "content[0]": "text", "content": "text"},
             read_only=False,
         ),
         Tool(
@@ -535,6 +545,7 @@ TOOLS: dict[str, Tool] = {
             SearchConversationsArguments,
             page_of(conversation_responses.SearchResult),
             search_conversations,
+            names=_SEARCH_NAMES,
             read_only=True,
         ),
     )
@@ -545,6 +556,9 @@ def call(principal: Principal, tool: Tool, arguments: Any) -> dict[str, Any]:
     """Validate ``arguments`` and run ``tool`` as ``principal``; raises errors.ApiError (D1) on any refusal."""
     arguments = _arguments_object(arguments)
     data = tool.fast_arguments(arguments) if tool.fast_arguments is not None else None
-    if data is None:
-        data = validated_as(tool.arguments, arguments)
-    return tool.handler(principal, data)
+    try:
+        if data is None:
+            data = validated_as(tool.arguments, arguments)
+        return tool.handler(principal, data)
+    except errors.ApiError as error:
+        raise renamed(error, tool.names) from None
