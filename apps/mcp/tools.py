@@ -195,9 +195,17 @@ def delete_memory(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
     return {"namespace": data["namespace"], "key": data["key"], "deleted": True}
 
 
+# The fields of MemorySearchSerializer that search_memories passes on. The serializer is the tool's arguments (and
+# schema), so a field added to the REST body appears in the tool at once; until it is handled here too it is
+# refused, never silently dropped (tests/mcp/test_units.py fails meanwhile).
+SEARCH_FIELDS_HANDLED = frozenset({"namespace_prefix", "query", "filter", "limit", "offset"})
+
+
 def search_memories(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
-    # MemorySearchView.post, over the same serializer (its fields are this tool's arguments: `queries` arrives with
-    # the serializer field that accepts it, and its branch goes here beside the view's).
+    # MemorySearchView.post, over the same serializer: its branches go here beside the view's (D11's `queries` too).
+    unhandled = sorted(set(data) - SEARCH_FIELDS_HANDLED)
+    if unhandled:
+        raise errors.validation_error({name: "not supported by this tool yet" for name in unhandled})
     limit = pagination.parse_limit(data.get("limit"), "memory_search")
     offset = pagination.parse_offset(data.get("offset"))
     if "query" in data:

@@ -101,3 +101,17 @@ def test_an_unexpected_exception_is_an_internal_error_that_tells_nothing(caplog:
 def test_arguments_must_be_an_object() -> None:
     result = server.run_tool(BOB, _tool(lambda principal, data: {}), ["not", "an", "object"])
     assert _body(result)["details"]["fields"] == {"arguments": "must be an object"}
+
+
+def test_the_tools_follow_their_rest_twins() -> None:
+    """A REST body field or selector option added later reaches the tool, or this fails: search_memories takes the
+    search body's serializer as its arguments and passes on what it handles (D11's `queries` is handled once the
+    body has it); list_entries passes its selector every page option (D11's `tail`, `before_cursor` join there)."""
+    import inspect
+
+    from apps.conversations import selectors as conversation_selectors
+    from apps.memories.serializers import MemorySearchSerializer
+
+    assert set(MemorySearchSerializer().fields) == tools.SEARCH_FIELDS_HANDLED
+    options = set(inspect.signature(conversation_selectors.list_entries).parameters)
+    assert options == {"principal", "conversation_id", "channel", "cursor", "limit"}
