@@ -27,6 +27,7 @@ from apps.memories.openapi import DEPTH_MARKER
 _REF_PREFIX = "#/components/schemas/"
 # What a JSON Schema (2020-12) validator should see of drf-spectacular's OpenAPI output; the rest is annotation.
 _DROPPED_KEYS = ("readOnly", "writeOnly")
+_BLANK = {"type": "string", "maxLength": 0}
 
 
 def _auto_schema(direction: str):
@@ -85,6 +86,11 @@ def _json_schema(node: Any, components: dict[str, Any]) -> Any:
             converted[key] = {name: _json_schema(sub, components) for name, sub in value.items()}
         else:
             converted[key] = _json_schema(value, components)
+    branches = converted.get("oneOf")
+    if isinstance(branches, list) and _BLANK in branches:
+        # drf-spectacular's text that may also be blank: ``oneOf: [<text>, <blank>]``. A blank string matches both
+        # branches, so oneOf would refuse the "" the field takes; either branch is what is meant.
+        converted["anyOf"] = converted.pop("oneOf")
     if converted.pop("nullable", False):
         converted = _with_null(converted)
     return converted

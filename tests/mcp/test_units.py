@@ -115,3 +115,10 @@ def test_the_tools_follow_their_rest_twins() -> None:
     assert set(MemorySearchSerializer().fields) == tools.SEARCH_FIELDS_HANDLED
     options = set(inspect.signature(conversation_selectors.list_entries).parameters)
     assert options == {"principal", "conversation_id", "channel", "cursor", "limit"}
+
+
+def test_text_that_may_be_blank_admits_the_blank_string() -> None:
+    """drf-spectacular states such a field as oneOf [text, blank], which "" matches twice (oneOf refuses it)."""
+    for name, argument in (("append_entry", "text"), ("create_conversation", "title"), ("list_conversations", "query")):
+        validator = Draft202012Validator(tools.TOOLS[name].input_schema()["properties"][argument])
+        assert validator.is_valid("") and validator.is_valid("words") and not validator.is_valid("a\x00b"), name
