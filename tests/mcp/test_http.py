@@ -183,6 +183,10 @@ def test_answers_are_the_rest_api_s_json(live_service: LiveService) -> None:
     namespace = ["user", "charlie", "parity"]
     for key in ("a", "b"):
         rest(live_service, "charlie", "PUT", "/v1/memories", {"namespace": namespace, "key": key, "value": {"k": key}})
+    # A conversation search finds index text (no background indexer runs here): one entry given its own.
+    indexed = rest(live_service, "charlie", "POST", f"/v1/conversations/{uuid.uuid4()}/entries",
+                   {"content": [{"role": "USER", "text": "parity notes"}], "indexedContent": "hello parity"})  # fmt: skip
+    assert indexed[0] == 201, indexed
 
     async def calls():
         async with mcp_session(live_service, "charlie") as client:
@@ -220,6 +224,7 @@ def test_answers_are_the_rest_api_s_json(live_service: LiveService) -> None:
     assert entries == body("GET", f"/v1/conversations/{created['id']}/entries?limit=1")
     assert entries["data"] == [appended[0]] and entries["afterCursor"]
     assert found == body("POST", "/v1/conversations/search", {"query": "hello", "searchType": "fulltext"})
+    assert [result["entryId"] for result in found["data"]] == [indexed[1]["id"]]
 
     async def next_page():
         async with mcp_session(live_service, "charlie") as client:
