@@ -35,6 +35,7 @@ from apps.core import errors, pagination
 from apps.core.openapi import page_of
 from apps.core.pagination import CURSOR_SCHEMA
 from apps.core.serializers import (
+    NonBlankCharField,
     StrictCharField,
     StrictChoiceField,
     StrictIntegerField,
@@ -397,10 +398,8 @@ def append_entry(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
 class SearchConversationsArguments(StrictSerializer):
     """POST /v1/conversations/search: query, search_type (searchType), after_cursor (afterCursor), limit."""
 
-    query = StrictCharField(
+    query = NonBlankCharField(
         max_length=settings.CONVERSATION_SEARCH_QUERY_MAX_CHARS,
-        allow_blank=False,
-        trim_whitespace=False,
         help_text="Words to find. Full-text uses websearch syntax (\"quoted phrase\", or, -word)",
     )
     search_type = StrictChoiceField(

@@ -203,10 +203,11 @@ def test_answers_are_the_rest_api_s_json(live_service: LiveService) -> None:
                 await client.call_tool("list_conversations", {"limit": 5}),
                 await client.call_tool("list_entries", {"conversation_id": created["id"], "limit": 1}),
                 await client.call_tool("search_conversations", {"query": "hello", "search_type": "fulltext"}),
+                await client.call_tool("search_memories", {"namespace_prefix": namespace, "query": "k", "limit": 3}),
             ]
 
     created, appended, results = run(calls)
-    get, search, namespaces, events, conversations, entries, found = map(ok, results)
+    get, search, namespaces, events, conversations, entries, found, semantic = map(ok, results)
     assert created["title"] == "parity" and created["metadata"] == {"p": 1} and created["accessLevel"] == "owner"
     assert [entry["content"] for entry in appended] == [[{"role": "USER", "text": "hello"}], [{"role": "AI", "text": "hi there"}]]
 
@@ -225,6 +226,8 @@ def test_answers_are_the_rest_api_s_json(live_service: LiveService) -> None:
     assert entries["data"] == [appended[0]] and entries["afterCursor"]
     assert found == body("POST", "/v1/conversations/search", {"query": "hello", "searchType": "fulltext"})
     assert [result["entryId"] for result in found["data"]] == [indexed[1]["id"]]
+    # By meaning: nothing is embedded here (no worker runs), but the path is REST's, answer for answer.
+    assert semantic == body("POST", "/v1/memories/search", {"namespace_prefix": namespace, "query": "k", "limit": 3})
 
     async def next_page():
         async with mcp_session(live_service, "charlie") as client:
