@@ -44,7 +44,7 @@ from mcp.shared.exceptions import MCPError
 from apps.core import errors, metrics
 from apps.core.logging import request_id_for, reset_request_id, set_request_id
 from apps.core.renderers import JSONRenderer
-from apps.identity.authentication import authenticate_credentials
+from apps.identity.authentication import authenticate_cached, authenticate_credentials
 from apps.identity.principal import Principal
 from apps.mcp import metadata, tools
 from apps.memories import config as memory_config
@@ -166,6 +166,9 @@ class McpApplication:
             on_call_tool=self._call_tool,
             get_tool_input_schema=self._input_schema,
         )
+        # The SDK wraps every message in an OpenTelemetry span by default; the service exports no traces (its
+        # requests are logged and measured here), so the per-message span is work without a reader.
+        self.server.middleware = []
         self._manager: StreamableHTTPSessionManager | None = None
         self._started: asyncio.Future | None = None
 
@@ -211,13 +214,16 @@ class McpApplication:
         if not _host_allowed(headers.get("host", "")):
             await _send_error(send, errors.validation_error({"Host": "not an allowed host"}, "Bad Request."), scope)
             return
-        try:
-            authenticated = await self.in_thread(
-                request_id, authenticate_credentials, headers.get("authorization", ""), headers.get("x-api-key")
-            )
-        except errors.ApiError as error:
-            await _send_error(send, _with_metadata(error, scope), scope)
-            return
+        authorization, api_key = headers.get("authorization", ""), headers.get("x-api-key")
+        # An agent sends the same token on every call: verified moments ago, it is decided here, on the loop, and
+        # the call makes one thread hop (the tool's) instead of two.
+        authenticated = authenticate_cached(authorization, api_key)
+        if authenticated is None and (authorization or api_key):
+            try:
+                authenticated = await self.in_thread(request_id, authenticate_credentials, authorization, api_key)
+            except errors.ApiError as error:
+                await _send_error(send, _with_metadata(error, scope), scope)
+                return
         if authenticated is None:
             await _send_error(send, _with_metadata(errors.unauthenticated(), scope), scope)
             return

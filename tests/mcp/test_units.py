@@ -122,3 +122,23 @@ def test_text_that_may_be_blank_admits_the_blank_string() -> None:
     for name, argument in (("append_entry", "text"), ("create_conversation", "title"), ("list_conversations", "query")):
         validator = Draft202012Validator(tools.TOOLS[name].input_schema()["properties"][argument])
         assert validator.is_valid("") and validator.is_valid("words") and not validator.is_valid("a\x00b"), name
+
+
+def test_a_token_verified_moments_ago_is_decided_without_io(mint_token, settings) -> None:
+    """/mcp authenticates on its event loop what authenticate_credentials verified moments ago, exactly as it did;
+    anything else (a first sight, an API key, a malformed header) stays with authenticate_credentials."""
+    import uuid
+
+    from apps.identity.authentication import authenticate_cached, authenticate_credentials
+
+    token = mint_token("bob", claims={"jti": uuid.uuid4().hex})
+    header = f"Bearer {token}"
+    assert authenticate_cached(header, None) is None  # never verified yet
+    principal, verified = authenticate_credentials(header, None)
+    assert authenticate_cached(header, None) == (principal, verified)
+    assert authenticate_cached(header, None)[0].client_id is None
+    assert authenticate_cached(header, "some-key") is None
+    assert authenticate_cached(f"Basic {token}", None) is None
+    assert authenticate_cached(f"Bearer {token} extra", None) is None
+    settings.VERIFIED_TOKEN_CACHE_SECONDS = 0
+    assert authenticate_cached(header, None) is None
