@@ -98,3 +98,20 @@ def test_concurrent_create_conversation_with_one_id_creates_it_once(live_service
     codes = Counter(result["structuredContent"].get("code", "created") for result in results)
     assert codes == {"created": 1, "conflict": CLIENTS - 1}
     assert Conversation.objects.filter(id=conversation_id).count() == 1
+
+
+def test_concurrent_delete_memory_of_one_address_deletes_it_once(live_service: LiveService) -> None:
+    namespace = ["user", "bob", "mcp-delete-race"]
+    call_tool(live_service, "bob", "put_memory", {"namespace": namespace, "key": "k", "value": {"n": 0}})
+
+    def delete(index: int) -> dict:
+        return call_tool(live_service, "bob", "delete_memory", {"namespace": namespace, "key": "k"}, index)
+
+    results = run_concurrently([partial(delete, index) for index in range(CLIENTS)])
+
+    assert [result["structuredContent"] for result in results] == [{"namespace": namespace, "key": "k", "deleted": True}] * CLIENTS
+    assert not Memory.objects.filter(namespace=namespace, key="k", state="active").exists()
+    status, events = live_service.request(
+        "GET", "/v1/memories/events?" + urlencode({"ns": namespace}, doseq=True), headers=credentials(live_service, "bob")
+    )
+    assert status == 200 and [event["kind"] for event in events["events"]] == ["add", "delete"]
