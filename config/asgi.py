@@ -1,8 +1,9 @@
 """The one web application: ASGI on one port.
 
-``/v1/events`` (server-sent events) is served natively by Channels; every other path goes to Django's WSGI
-application through a2wsgi's fixed thread pool. Measured on this machine with a minimal DRF view (wrk, 16
-connections): Django's own ASGI handler under daphne 850 req/s; gunicorn + uvicorn workers + a2wsgi 3,800 req/s.
+``/v1/events`` (server-sent events) is served natively by Channels and ``/mcp`` (the MCP server, apps.mcp) by the
+MCP SDK; every other path goes to Django's WSGI application through a2wsgi's fixed thread pool. Measured on this
+machine with a minimal DRF view (wrk, 16 connections): Django's own ASGI handler under daphne 850 req/s; gunicorn +
+uvicorn workers + a2wsgi 3,800 req/s.
 
 Production: ``gunicorn config.asgi:application -k apps.runtime.http_server.ServiceUvicornWorker`` (see Procfile).
 """
@@ -50,8 +51,13 @@ def _load_native_routes() -> None:
     try:
         from apps.events.routing import native_routes
     except ImportError:  # the stream is not installed in this build
-        return
-    _native_routes.update(native_routes)
+        pass
+    else:
+        _native_routes.update(native_routes)
+    # The MCP server (/mcp and its protected-resource metadata): its tools run in the REST bridge's threads.
+    from apps.mcp.routing import native_routes as mcp_routes
+
+    _native_routes.update(mcp_routes(_rest_api.executor))
 
 
 _load_native_routes()

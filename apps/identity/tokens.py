@@ -412,6 +412,15 @@ def verify_token(token: str, *, check_audience: bool = True) -> VerifiedToken:
     return verified
 
 
+def cached_verification(token: str) -> VerifiedToken | None:
+    """What ``verify_token`` verified for ``token`` moments ago (within VERIFIED_TOKEN_CACHE_SECONDS, never past its
+    ``exp``), else None. No I/O and no signature check: an event loop may call it, where ``verify_token`` (which may
+    fetch the issuer's keys) must run in a thread."""
+    if not token or len(token) > _MAX_TOKEN_LENGTH or settings.VERIFIED_TOKEN_CACHE_SECONDS <= 0:
+        return None
+    return _verified.get(hashlib.sha256(token.encode()).digest())
+
+
 def _verify_uncached(token: str, *, check_audience: bool) -> VerifiedToken:
     try:
         header = jwt.get_unverified_header(token)

