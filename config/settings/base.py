@@ -235,6 +235,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the structured JSON logging of LOGGING below
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# Any number of beat processes (one per host) send each periodic task once: only the holder of a leader lock in the
+# broker's Redis sends; the others stand by and take over within about the TTL after it dies (apps.runtime.beat_leader).
+CELERY_BEAT_SCHEDULER = "apps.runtime.beat_leader:LeaderScheduler"
+BEAT_LEADER_LOCK_KEY = env_str("BEAT_LEADER_LOCK_KEY", "memory-service:beat-leader")
+BEAT_LEADER_LOCK_TTL_SECONDS = float(env_str("BEAT_LEADER_LOCK_TTL_SECONDS", "15"))
 CELERY_BEAT_SCHEDULE: dict = {}
 
 # --- Live event stream (D8) -------------------------------------------------------------------------------------
