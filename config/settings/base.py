@@ -16,6 +16,11 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 SECRET_KEY = env_str("SECRET_KEY", "")
+# Where SECRET_KEY, MEMORY_ENCRYPTION_KEYS (and the dev IdP key) come from: the environment, or files in DATA_DIR the
+# embedded settings read or generate (config.local_secrets); logged when a server process starts.
+SECRET_SOURCES: dict[str, str] = {}
+DATABASE_IS_EMBEDDED = False
+SECRETS_MAY_BE_GENERATED = False
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
 PORT = env_int("PORT", 8080)
@@ -200,7 +205,12 @@ API_KEYS = env_str("API_KEYS", "")
 
 DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", False)
 DEV_IDP_ALLOW_IN_PRODUCTION = env_bool("DEV_IDP_ALLOW_IN_PRODUCTION", False)
+# The `iss` of the dev IdP's tokens, which it also requires of every token it verifies: several instances that accept
+# each other's dev tokens set the same value (the URL clients reach them by) and share the signing key.
 DEV_IDP_ISSUER = env_str("DEV_IDP_ISSUER", f"http://localhost:{PORT}/dev-idp")
+# The dev IdP's RSA signing key (PEM); empty = DATA_DIR/dev-idp/signing-key.pem, generated there on first use where
+# secrets may be generated (config.local_secrets). Point every instance at one copy to share the key.
+DEV_IDP_SIGNING_KEY_FILE = env_str("DEV_IDP_SIGNING_KEY_FILE", "")
 DEV_IDP_USERS = env_str("DEV_IDP_USERS", "")
 DEV_IDP_CLIENT_ID = env_str("DEV_IDP_CLIENT_ID", "memory-service-client")
 DEV_IDP_CLIENT_SECRET = env_str("DEV_IDP_CLIENT_SECRET", "dev-client-secret")

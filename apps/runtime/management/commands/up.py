@@ -175,6 +175,13 @@ class Command(BaseCommand):
             f"Memory Service on {base}   (API docs: {base}/docs, readiness: {base}/readyz)",
             f"Data directory: {settings.DATA_DIR}",
         ]
+        local = {name: source for name, source in settings.SECRET_SOURCES.items() if source != "environment"}
+        if local:
+            # Loud on purpose (issue 32.2): a second host on this database must be given these, not make its own.
+            lines.append(
+                "Secrets: " + "; ".join(f"{name} {source}" for name, source in local.items())
+                + ". Another host sharing this database needs the same values (README \"Several hosts\")."
+            )
         host = os.environ.get("HOST") or "127.0.0.1"  # the Procfile's default
         if settings.DEV_IDP_ENABLED and host not in ("127.0.0.1", "localhost", "::1"):
             lines.append(
