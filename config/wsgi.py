@@ -24,3 +24,4 @@ if os.environ.get("WEB_PRELOAD_MASTER_PID") == str(os.getpid()):
     get_resolver().url_patterns  # noqa: B018  (the property imports the URLconf)
 else:
     startup.warm_up_embedder()
+    startup.start_key_ring_heartbeat()

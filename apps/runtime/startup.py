@@ -43,6 +43,14 @@ def log_secret_sources() -> None:
         logger.info("secret sources", extra={"secret_sources": sources})
 
 
+def start_key_ring_heartbeat() -> None:
+    """Report this process's key ring now and periodically (apps.core.key_rings): other hosts and /readyz compare rings
+    by it. In each process that serves or runs tasks, after any fork."""
+    from apps.core import key_rings
+
+    key_rings.start_heartbeat()
+
+
 def check_dev_idp_key() -> None:
     """The web process stops at start, rather than on its first token, when the dev IdP is on and its key is missing
     where none may be generated (apps.identity.dev_idp.keys.check_available)."""

@@ -357,6 +357,10 @@ MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
 # column's clear headers, at most once per this many seconds per process (apps.core.readiness).
 ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS = env_int("ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS", 300)
 ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS = env_int("ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS", 300)
+# Each web and worker process reports its key ring (key ids, fingerprints, primary) at start and this often; a ring not
+# reported for three of these is no longer live (apps.core.key_rings). /readyz fails on a process whose ring cannot
+# decrypt what other live hosts write; rotate_encryption_key refuses a primary some live host lacks.
+ENCRYPTION_KEY_RING_HEARTBEAT_SECONDS = env_int("ENCRYPTION_KEY_RING_HEARTBEAT_SECONDS", 60)
 
 # --- Memory policies (D4) ---------------------------------------------------------------------------------------
 POLICY_ENGINE = env_str("POLICY_ENGINE", "embedded")  # embedded (regopy, in-process) | opa (sidecar REST Data API)

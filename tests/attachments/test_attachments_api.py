@@ -694,6 +694,7 @@ def _kid_of(path) -> str:
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("own_key_rings")
 def test_rotate_encryption_key_reseals_blobs(client_for, settings, attachment_dir, capsys):
     import base64
 

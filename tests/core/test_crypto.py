@@ -270,6 +270,7 @@ def _rotate(**options):
     return out.getvalue()
 
 
+@pytest.mark.usefixtures("own_key_rings")
 def test_rotate_encryption_key(settings, probe_model):
     import uuid
 
@@ -302,6 +303,7 @@ def test_rotate_encryption_key(settings, probe_model):
     assert crypto.decrypt(bytes(probe_model.objects.get(id=ids[0]).secret), purpose="test.secret", row_id=str(ids[0]))
 
 
+@pytest.mark.usefixtures("own_key_rings")
 def test_rotate_encryption_key_reports_undecryptable_rows(settings, probe_model):
     from django.core.management.base import CommandError
 
@@ -320,6 +322,7 @@ def test_rotate_encryption_key_reports_undecryptable_rows(settings, probe_model)
     assert crypto.key_id_of(bytes(probe_model.objects.get(id=moved.id).secret)) == "k1"
 
 
+@pytest.mark.usefixtures("own_key_rings")
 def test_rotate_encryption_key_without_registered_columns(settings):
     settings.MEMORY_ENCRYPTION_KEYS = f"k1:{K1}"
     saved = crypto.encrypted_fields()
