@@ -22,9 +22,9 @@ from config.env import env_str
 ENVIRONMENT = "environment"
 
 
-def may_generate(database_is_embedded: bool) -> bool:
+def may_generate(setting: str, database_is_embedded: bool) -> bool:
     """``GENERATE_SECRETS``: auto (generate only for the embedded database), true, or false."""
-    choice = env_str("GENERATE_SECRETS", "auto").strip().lower()
+    choice = setting.strip().lower()
     if choice == "auto":
         return database_is_embedded
     if choice in ("true", "1", "yes", "on"):

@@ -20,6 +20,9 @@ SECRET_KEY = env_str("SECRET_KEY", "")
 # embedded settings read or generate (config.local_secrets); logged when a server process starts.
 SECRET_SOURCES: dict[str, str] = {}
 DATABASE_IS_EMBEDDED = False
+# auto | true | false: whether the embedded settings may generate a missing secret into DATA_DIR (auto: only for the
+# embedded database; config.local_secrets). Production never does.
+GENERATE_SECRETS = env_str("GENERATE_SECRETS", "auto")
 SECRETS_MAY_BE_GENERATED = False
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])

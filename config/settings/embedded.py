@@ -12,7 +12,7 @@ from config import local_secrets
 from config.env import database_from_url, env_bool, env_str
 
 from .base import *  # noqa: F403
-from .base import DATA_DIR, DB_CONN_MAX_AGE, DEV_IDP_AUDIENCE, OIDC_AUDIENCE, OIDC_ISSUER_URL
+from .base import DATA_DIR, DB_CONN_MAX_AGE, DEV_IDP_AUDIENCE, GENERATE_SECRETS, OIDC_AUDIENCE, OIDC_ISSUER_URL
 
 # Off like production (README): DEBUG keeps every SQL statement per connection in memory and wraps each cursor.
 DEBUG = env_bool("DEBUG", False)
@@ -28,7 +28,7 @@ if DEV_IDP_ENABLED and not OIDC_ISSUER_URL and not OIDC_AUDIENCE:
 # other hosts' values instead of inventing its own.
 _DATABASE_URL = env_str("DATABASE_URL", "")
 DATABASE_IS_EMBEDDED = not _DATABASE_URL or embedded_services.is_embedded_database(_DATABASE_URL)
-SECRETS_MAY_BE_GENERATED = local_secrets.may_generate(DATABASE_IS_EMBEDDED)
+SECRETS_MAY_BE_GENERATED = local_secrets.may_generate(GENERATE_SECRETS, DATABASE_IS_EMBEDDED)
 SECRET_SOURCES: dict[str, str] = {}
 SECRET_KEY = local_secrets.resolve(
     "SECRET_KEY", DATA_DIR / "secret-key", local_secrets.new_secret_key, generate=SECRETS_MAY_BE_GENERATED,
