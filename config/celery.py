@@ -34,6 +34,7 @@ def _check_configuration(sender=None, **_kwargs) -> None:
         # Celery logs and ignores what a signal handler raises; a worker that cannot embed must not start.
         logger.critical("%s", exc)
         raise SystemExit(1) from exc
+    startup.start_key_ring_heartbeat()
     if not isinstance(getattr(sender, "pool", None), PreforkPool):
         # A threads or solo pool (the Procfile's): this process runs the tasks, so it embeds.
         startup.warm_up_embedder("documents")

@@ -107,3 +107,4 @@ def post_fork(server, worker) -> None:
         from apps.runtime import startup
 
         startup.warm_up_embedder()
+        startup.start_key_ring_heartbeat()  # threads do not survive the fork: each worker starts its own

@@ -11,6 +11,7 @@ application = get_wsgi_application()
 from apps.runtime import startup  # noqa: E402
 
 startup.check_or_die()
+startup.check_dev_idp_key()
 startup.check_embedding_device("queries")
 if os.environ.get("WEB_PRELOAD_MASTER_PID") == str(os.getpid()):
     # gunicorn's master, importing the application for its workers (config/gunicorn.conf.py): load the embedding
@@ -23,3 +24,4 @@ if os.environ.get("WEB_PRELOAD_MASTER_PID") == str(os.getpid()):
     get_resolver().url_patterns  # noqa: B018  (the property imports the URLconf)
 else:
     startup.warm_up_embedder()
+    startup.start_key_ring_heartbeat()

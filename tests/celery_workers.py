@@ -53,6 +53,9 @@ def start_worker(
         "EMBEDDING_PROVIDER": "hash",
         "LOG_LEVEL": "INFO",
         "DB_CONN_MAX_AGE": "0",
+        # Workers started with their own beat share the broker, so one beat leads (apps.runtime.beat_leader): a
+        # killed leader's successor takes over within seconds here, not the production TTL's 20.
+        "BEAT_LEADER_LOCK_TTL_SECONDS": "3",
         **env,
     }
     command = [
@@ -92,3 +95,35 @@ def wait_for(condition, timeout: float, what: str, logs: list[Path]) -> float:
         time.sleep(0.2)
     tails = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs if log.exists())
     pytest.fail(f"timed out after {timeout}s waiting for {what}\n{tails}")
+
+
+def start_beat(tmp_path: Path, name: str, broker: str, **env: str) -> tuple[subprocess.Popen, Path]:
+    """A real beat process as the Procfile starts it (``python -m config.beat``), sending to ``broker``. Beat never
+    connects to the database."""
+    log = tmp_path / f"{name}.log"
+    environment = service_env(
+        DJANGO_SETTINGS_MODULE="config.settings.embedded",
+        REDIS_URL=broker,
+        DATABASE_URL="postgresql://unused.invalid/none",
+        DATA_DIR=str(tmp_path / name),
+        SECRET_KEY="unused",
+        MEMORY_ENCRYPTION_KEYS=settings.MEMORY_ENCRYPTION_KEYS,
+        **env,
+    )
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "config.beat", "--loglevel", "INFO", "--schedule", str(tmp_path / f"{name}-schedule")],
+            env=environment, cwd=settings.BASE_DIR, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    return process, log
+
+
+def queued_tasks(client) -> list[tuple[str, str]]:
+    """(task name, origin) of every message waiting in the broker's default queue; the origin names the sending
+    process (``gen<pid>@<host>``)."""
+    import json
+
+    return [
+        (message["headers"]["task"], message["headers"].get("origin", ""))
+        for message in map(json.loads, client.lrange("celery", 0, -1))
+    ]

@@ -234,6 +234,20 @@ def live_service(django_db_setup, django_db_blocker) -> Iterator[LiveService]:
 
 
 @pytest.fixture
+def own_key_rings(db) -> Iterator[None]:
+    """Only this test's key rings are live (apps.core.key_rings): the rings the session's live servers and workers
+    reported are deleted inside the test (its transaction restores them), so a test that switches
+    MEMORY_ENCRYPTION_KEYS (rotation) is not judged against the session's ring."""
+    from apps.core import key_rings
+    from apps.core.models import EncryptionKeyRing
+
+    EncryptionKeyRing.objects.all().delete()
+    key_rings._remember_quietly(None)
+    yield
+    key_rings._remember_quietly(None)
+
+
+@pytest.fixture
 def operator(django_user_model) -> Client:
     """A logged-in Django superuser for the operator pages under /admin/."""
     user = django_user_model.objects.create_superuser("op", "op@example.com", "op-password")

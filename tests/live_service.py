@@ -122,6 +122,9 @@ class LiveService:
             db_settings = connection.settings_dict
         # Never let a live server (and the table resets after it) near any other database than pytest-django's.
         assert db_settings["NAME"].startswith("test_"), db_settings["NAME"]
+        from apps.identity.dev_idp import keys
+
+        keys.signing_key()  # on disk before the server looks for it: it may not generate one (issue 32.4)
         self.workers = workers
         self.send_buffer = send_buffer
         self._listener: socket.socket | None = None

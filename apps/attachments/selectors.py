@@ -77,6 +77,12 @@ def admin_get(attachment_id: uuid.UUID) -> Attachment:
     return attachment
 
 
+def still_stored(attachment_id: uuid.UUID) -> bool:
+    """Whether the attachment's row is still there (ready): a download whose blob vanished tells a concurrent delete
+    (the row went first) from a blob lost from storage (the row remains)."""
+    return Attachment.objects.filter(id=attachment_id, status=AttachmentStatus.READY).exists()
+
+
 ADMIN_CURSOR = "attachments.admin"
 
 

@@ -106,13 +106,22 @@ class Upload:
         return Attachment.objects.get(id=self.id)
 
 
-def _remove_blob_after_commit(name: str) -> None:
+def _remove_blob_after_commit(name: str, *, attachment_id: uuid.UUID | None = None, expect_blob: bool = False) -> None:
+    """``expect_blob``: the row was ready, so its blob should be there; one that is not was lost (or lives on the disk
+    of another host: storage that is not shared between the processes, README "Several hosts") and is reported."""
+
     def remove() -> None:
         try:
-            storage.delete(name)
+            found = storage.delete(name)
         except Exception:
             # The row is gone; a blob left behind costs space, never access. Logged for the operator.
-            logger.exception("attachment blob could not be removed", extra={"blob": name})
+            logger.exception("attachment blob could not be removed", extra={"attachment_id": str(attachment_id), "blob": name})
+            return
+        if expect_blob and not found:
+            logger.error(
+                "attachment blob missing when its row expired",
+                extra={"attachment_id": str(attachment_id), "blob": name, "storage": settings.ATTACHMENT_STORAGE},
+            )
 
     transaction.on_commit(remove)
 
@@ -133,7 +142,7 @@ def delete_attachment(principal: Principal, attachment_id: uuid.UUID) -> None:
             # The admin role used on someone else's file: an admin call (D5), recorded in this transaction.
             audit.record(principal, "admin.attachments.delete", target_id=str(attachment.id))
         attachment.delete()  # links cascade
-        _remove_blob_after_commit(attachment.storage_name)
+        _remove_blob_after_commit(attachment.storage_name, attachment_id=attachment.id)
 
 
 def link_to_entry(
@@ -197,14 +206,15 @@ def remove_expired(batch_size: int | None = None) -> int:
                     " SELECT a.id FROM attachments a WHERE a.expires_at <= clock_timestamp()"
                     " AND NOT EXISTS (SELECT 1 FROM attachment_links l WHERE l.attachment_id = a.id)"
                     " ORDER BY a.expires_at LIMIT %s FOR UPDATE SKIP LOCKED"
-                    ") RETURNING storage_name",
+                    ") RETURNING id, storage_name, status",
                     [batch_size],
                 )
-                names = [row[0] for row in cursor.fetchall()]
-            for name in names:
-                _remove_blob_after_commit(name)
-        removed += len(names)
-        if len(names) < batch_size:
+                rows = cursor.fetchall()
+            for attachment_id, name, status in rows:
+                # An abandoned upload may never have stored a byte; a ready row always had its blob.
+                _remove_blob_after_commit(name, attachment_id=attachment_id, expect_blob=status == AttachmentStatus.READY)
+        removed += len(rows)
+        if len(rows) < batch_size:
             return removed
 
 

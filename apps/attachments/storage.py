@@ -256,18 +256,29 @@ def iter_blob(blob: BlobReader) -> Iterator[bytes]:
         blob.close()
 
 
-def delete(name: str) -> None:
-    """Remove the blob; a blob already gone is not an error (deletes race, sweeps repeat)."""
+def delete(name: str) -> bool:
+    """Remove the blob; a blob already gone is not an error (deletes race, sweeps repeat). Returns whether there was
+    one to remove, so the expiry sweep can report a blob that was missing (another host's disk, a lost volume)."""
     storage = get_storage()
+    if isinstance(storage, FileSystemStorage):
+        path = storage.path(name)
+        try:
+            os.unlink(path)
+            found = True
+        except FileNotFoundError:
+            found = False
+        try:
+            os.unlink(path + ".part")
+        except FileNotFoundError:
+            pass
+        return found
+    # S3 deletes answer alike whether or not the object was there: ask first (a HEAD, once per expired blob).
+    found = storage.exists(name)
     try:
         storage.delete(name)
     except FileNotFoundError:
         pass
-    if isinstance(storage, FileSystemStorage):
-        try:
-            os.unlink(storage.path(name) + ".part")
-        except FileNotFoundError:
-            pass
+    return found
 
 
 def exists(name: str) -> bool:

@@ -64,6 +64,12 @@ _DOWNLOAD_RESPONSES = {
     304: OpenApiResponse(
         description="Not modified (If-None-Match matched the ETag); with the 200's ETag and Cache-Control"
     ),
+    500: OpenApiResponse(
+        ErrorSerializer,
+        description="code undecryptable: the file does not decrypt with the service's keys; code blob_missing: the "
+        "attachment exists but its stored file is not in the service's storage (storage not shared by every host, "
+        "a lost volume). Neither is fixed by retrying",
+    ),
 }
 
 
@@ -134,6 +140,20 @@ def _opened_stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator
     return itertools.chain(() if first is None else (first,), pieces)
 
 
+def _missing_blob(attachment: Attachment) -> errors.ApiError:
+    """The blob of an attachment this request found is not in storage. Blobs are removed only after their row's
+    delete commits, so a row that is gone now was deleted while this request ran: 404. A row that is still there lost
+    its blob (storage not shared between hosts or processes, a lost volume, a bucket emptied by hand): the server's
+    fault, and retrying does not bring the file back, so 500 ``blob_missing`` (README "Several hosts"), logged."""
+    if not selectors.still_stored(attachment.id):
+        return errors.not_found("Attachment not found.")
+    logger.error(
+        "attachment blob missing from storage",
+        extra={"attachment_id": str(attachment.id), "blob": attachment.storage_name, "storage": settings.ATTACHMENT_STORAGE},
+    )
+    return errors.blob_missing("The attachment")
+
+
 def download_response(request: Request, attachment: Attachment) -> HttpResponse:
     etag = f'"{attachment.sha256}"'
     active = is_active_type(attachment.content_type)
@@ -158,7 +178,7 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
     try:
         blob = storage.open_blob(attachment.storage_name)
     except storage.BlobMissing:
-        raise errors.not_found("Attachment not found.") from None  # deleted while this request ran
+        raise _missing_blob(attachment) from None
     if request.method == "HEAD":
         # The headers of the download and no body: the server would drop a streamed body anyway, but only after
         # this thread had read (and decrypted) every byte of it.
@@ -254,7 +274,7 @@ class AttachmentView(APIView):
         "readers calling through that client. Admins and auditors have no bypass here (403 like anyone else); "
         "they read through GET /v1/admin/attachments/{id}, which is audit-logged.",
         parameters=[_ID_PARAM],
-        responses={**_DOWNLOAD_RESPONSES, **error_responses(400, 401, 403, 404, 500)},
+        responses={**_DOWNLOAD_RESPONSES, **error_responses(400, 401, 403, 404)},
     )
     def get(self, request: Request, id: str) -> HttpResponse:
         attachment = selectors.readable_attachment(request.user, path_uuid(id, "id"))
@@ -304,7 +324,7 @@ class SignedDownloadView(APIView):
             OpenApiParameter("token", str, OpenApiParameter.PATH),
             OpenApiParameter("filename", str, OpenApiParameter.PATH),
         ],
-        responses={**_DOWNLOAD_RESPONSES, **error_responses(403, 404, 500)},
+        responses={**_DOWNLOAD_RESPONSES, **error_responses(403, 404)},
     )
     def get(self, request: Request, token: str, filename: str) -> HttpResponse:
         attachment_id = signing.verify_token(token)
@@ -353,7 +373,7 @@ class AdminAttachmentView(RoleChecked, APIView):
         "download's: Content-Type, Content-Length, ETag, nosniff, Content-Disposition: attachment for active types; "
         "If-None-Match with the ETag: 304; 302 to a presigned URL in S3 direct-download mode.",
         parameters=[_ID_PARAM],
-        responses={**_DOWNLOAD_RESPONSES, **error_responses(400, 401, 403, 404, 500)},
+        responses={**_DOWNLOAD_RESPONSES, **error_responses(400, 401, 403, 404)},
     )
     def get(self, request: Request, id: str) -> HttpResponse:
         attachment_id = path_uuid(id, "id")

@@ -69,6 +69,8 @@ class DecryptionError(Exception):
 class KeyRing:
     primary: str
     keys: dict[str, AESGCM]
+    # kid -> a one-way fingerprint of the key bytes (key_fingerprint): lets hosts compare rings without sharing keys.
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     def key(self, kid: str) -> AESGCM:
         try:
@@ -83,6 +85,7 @@ def parse_keyring(raw: str) -> KeyRing:
     if not entries:
         raise ImproperlyConfigured(f"{_SETTING} is empty: set it to 'kid:base64key[,kid2:base64key...]'")
     keys: dict[str, AESGCM] = {}
+    fingerprints: dict[str, str] = {}
     order: list[str] = []
     for position, entry in enumerate(entries, start=1):
         kid, sep, encoded = entry.partition(":")
@@ -102,8 +105,18 @@ def parse_keyring(raw: str) -> KeyRing:
                 f"{where} (kid {kid!r}): the key decodes to {len(key)} bytes; AES-256 needs exactly {KEY_BYTES}"
             )
         keys[kid] = AESGCM(key)
+        fingerprints[kid] = key_fingerprint(key)
         order.append(kid)
-    return KeyRing(primary=order[0], keys=keys)
+    return KeyRing(primary=order[0], keys=keys, fingerprints=fingerprints)
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A key's public name for comparing rings across hosts (apps.core.key_rings): HMAC-SHA256 keyed by the key over a
+    fixed label, 128 bits in hex. It tells two 256-bit random keys apart and reveals nothing usable about either."""
+    import hashlib
+    import hmac
+
+    return hmac.new(key, b"memory-service key fingerprint v1", hashlib.sha256).hexdigest()[:32]
 
 
 def _decode_key(encoded: str) -> bytes | None:

@@ -90,6 +90,18 @@ def unavailable(message: str = "Service temporarily unavailable.") -> ApiError:
     return ApiError(503, message)
 
 
+def blob_missing(what: str = "The file") -> ApiError:
+    """A single item whose row exists but whose stored file is not where the row says (attachment storage not shared
+    by every host and process, a lost volume or bucket). 500 like ``undecryptable``: the request is fine, the fault is
+    the server's, and retrying cannot help until an operator restores the storage. Its own code tells the caller the
+    item exists (a 404 would say it does not)."""
+    return ApiError(
+        500,
+        f"{what}'s stored file is missing from the service's storage; the operator has been alerted.",
+        code="blob_missing",
+    )
+
+
 def undecryptable(what: str = "The stored value") -> ApiError:
     """A single item whose stored envelope does not open (apps.core.crypto.decrypt_for_read): its key id is missing
     from MEMORY_ENCRYPTION_KEYS or the row is damaged. A 5xx, since the request is fine and the fault is the

@@ -135,4 +135,8 @@ _key_id_scan = _KeyIdScan()
 
 
 def encryption_keys_info() -> dict:
-    return _key_id_scan.info()
+    """The stored key ids (the scan) and this process's key ring against the other live hosts' (``ring``: the check
+    ``encryption_key_ring`` fails while it is not sound; apps.core.key_rings)."""
+    from apps.core import key_rings
+
+    return {**_key_id_scan.info(), "ring": key_rings.info()}

@@ -109,10 +109,13 @@ def leased(kind: int, row_ids: Sequence[Any], *, limit: int | None = None) -> It
 
 
 def held_by_others(kind: int) -> int:
-    """How many leases of ``kind`` other sessions hold (operations and tests)."""
+    """How many leases of ``kind`` other sessions hold on this database (operations and tests). Advisory locks are
+    per database; pg_locks shows every database of the server, and another database's workers (another deployment,
+    a parallel test process) hold leases that are not this one's."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid AND objsubid = 2 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
             "AND pid <> pg_backend_pid() AND granted",
             [kind & 0xFFFFFFFF],
         )

@@ -83,6 +83,21 @@ def postgres_url() -> str:
         return server.get_uri(DATABASE_NAME)
 
 
+def is_embedded_database(url: str) -> bool:
+    """Whether ``url`` reaches the embedded PostgreSQL of this data directory (the URL `manage.py up` hands its
+    processes, or a test database on it): its socket directory is the one the running server recorded. Read from
+    postmaster.pid, without starting anything."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        host = conninfo_to_dict(url).get("host") or ""
+        lines = (_pgdata() / "postmaster.pid").read_text().splitlines()
+    except Exception:  # no server here, or a URL psycopg cannot parse: not ours
+        return False
+    # postmaster.pid: pid, data directory, start time, port, socket directory, ...
+    return len(lines) > 4 and bool(host) and os.path.realpath(host) == os.path.realpath(lines[4].strip())
+
+
 def postgres_up() -> bool:
     """The server process is there and not shutting down (a smart shutdown waits for every session to end: for
     the supervisor that is a server to restart, not one to wait for). Starting up or recovering counts as up."""

@@ -14,6 +14,52 @@ def check_or_die() -> None:
 
     crypto.check_configuration()
     load_or_die()
+    log_secret_sources()
+
+
+def log_secret_sources() -> None:
+    """Say where this process's secrets came from (issue 32.2). Loud (WARNING) where that matters to other hosts: a
+    secret generated here, or read from this host's data directory next to a database other hosts may share; the
+    environment and the embedded database's own files are INFO."""
+    from django.conf import settings
+
+    sources = dict(settings.SECRET_SOURCES)
+    if settings.DEV_IDP_ENABLED and "DEV_IDP_SIGNING_KEY_FILE" not in sources:
+        from apps.identity.dev_idp import keys
+
+        path = keys.key_path()
+        sources["DEV_IDP_SIGNING_KEY_FILE"] = f"file {path}" if path.exists() else f"generated on first use into {path}"
+    if not sources:
+        return
+    local = {name: source for name, source in sources.items() if source != "environment"}
+    generated = any(source.startswith("generated") for source in local.values())
+    if generated or (local and not settings.DATABASE_IS_EMBEDDED):
+        logger.warning(
+            "secrets from this host's data directory: every host sharing this database needs the same values "
+            "(README \"Several hosts\")",
+            extra={"secret_sources": sources},
+        )
+    else:
+        logger.info("secret sources", extra={"secret_sources": sources})
+
+
+def start_key_ring_heartbeat() -> None:
+    """Report this process's key ring now and periodically (apps.core.key_rings): other hosts and /readyz compare rings
+    by it. In each process that serves or runs tasks, after any fork."""
+    from apps.core import key_rings
+
+    key_rings.start_heartbeat()
+
+
+def check_dev_idp_key() -> None:
+    """The web process stops at start, rather than on its first token, when the dev IdP is on and its key is missing
+    where none may be generated (apps.identity.dev_idp.keys.check_available)."""
+    from django.conf import settings
+
+    if settings.DEV_IDP_ENABLED:
+        from apps.identity.dev_idp import keys
+
+        keys.check_available()
 
 
 def warm_up_embedder(purpose: str = "queries") -> None:

@@ -16,6 +16,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 SECRET_KEY = env_str("SECRET_KEY", "")
+# Where SECRET_KEY, MEMORY_ENCRYPTION_KEYS (and the dev IdP key) come from: the environment, or files in DATA_DIR the
+# embedded settings read or generate (config.local_secrets); logged when a server process starts.
+SECRET_SOURCES: dict[str, str] = {}
+DATABASE_IS_EMBEDDED = False
+# auto | true | false: whether the embedded settings may generate a missing secret into DATA_DIR (auto: only for the
+# embedded database; config.local_secrets). Production never does.
+GENERATE_SECRETS = env_str("GENERATE_SECRETS", "auto")
+SECRETS_MAY_BE_GENERATED = False
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
 PORT = env_int("PORT", 8080)
@@ -201,7 +209,12 @@ API_KEYS = env_str("API_KEYS", "")
 
 DEV_IDP_ENABLED = env_bool("DEV_IDP_ENABLED", False)
 DEV_IDP_ALLOW_IN_PRODUCTION = env_bool("DEV_IDP_ALLOW_IN_PRODUCTION", False)
+# The `iss` of the dev IdP's tokens, which it also requires of every token it verifies: several instances that accept
+# each other's dev tokens set the same value (the URL clients reach them by) and share the signing key.
 DEV_IDP_ISSUER = env_str("DEV_IDP_ISSUER", f"http://localhost:{PORT}/dev-idp")
+# The dev IdP's RSA signing key (PEM); empty = DATA_DIR/dev-idp/signing-key.pem, generated there on first use where
+# secrets may be generated (config.local_secrets). Point every instance at one copy to share the key.
+DEV_IDP_SIGNING_KEY_FILE = env_str("DEV_IDP_SIGNING_KEY_FILE", "")
 DEV_IDP_USERS = env_str("DEV_IDP_USERS", "")
 DEV_IDP_CLIENT_ID = env_str("DEV_IDP_CLIENT_ID", "memory-service-client")
 DEV_IDP_CLIENT_SECRET = env_str("DEV_IDP_CLIENT_SECRET", "dev-client-secret")
@@ -236,6 +249,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the structured JSON logging of LOGGING below
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# Any number of beat processes (one per host) send each periodic task once: only the holder of a leader lock in the
+# broker's Redis sends; the others stand by and take over within about the TTL after it dies (apps.runtime.beat_leader).
+CELERY_BEAT_SCHEDULER = "apps.runtime.beat_leader:LeaderScheduler"
+BEAT_LEADER_LOCK_KEY = env_str("BEAT_LEADER_LOCK_KEY", "memory-service:beat-leader")
+BEAT_LEADER_LOCK_TTL_SECONDS = float(env_str("BEAT_LEADER_LOCK_TTL_SECONDS", "15"))
 CELERY_BEAT_SCHEDULE: dict = {}
 
 # --- Live event stream (D8) -------------------------------------------------------------------------------------
@@ -351,6 +369,10 @@ MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
 # column's clear headers, at most once per this many seconds per process (apps.core.readiness).
 ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS = env_int("ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS", 300)
 ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS = env_int("ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS", 300)
+# Each web and worker process reports its key ring (key ids, fingerprints, primary) at start and this often; a ring not
+# reported for three of these is no longer live (apps.core.key_rings). /readyz fails on a process whose ring cannot
+# decrypt what other live hosts write; rotate_encryption_key refuses a primary some live host lacks.
+ENCRYPTION_KEY_RING_HEARTBEAT_SECONDS = env_int("ENCRYPTION_KEY_RING_HEARTBEAT_SECONDS", 60)
 
 # --- Memory policies (D4) ---------------------------------------------------------------------------------------
 POLICY_ENGINE = env_str("POLICY_ENGINE", "embedded")  # embedded (regopy, in-process) | opa (sidecar REST Data API)

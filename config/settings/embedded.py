@@ -7,13 +7,12 @@ then nothing is started for it.
 
 from __future__ import annotations
 
-import secrets
-
 from apps.runtime import embedded_services
+from config import local_secrets
 from config.env import database_from_url, env_bool, env_str
 
 from .base import *  # noqa: F403
-from .base import DATA_DIR, DB_CONN_MAX_AGE, DEV_IDP_AUDIENCE, OIDC_AUDIENCE, OIDC_ISSUER_URL
+from .base import DATA_DIR, DB_CONN_MAX_AGE, DEV_IDP_AUDIENCE, GENERATE_SECRETS, OIDC_AUDIENCE, OIDC_ISSUER_URL
 
 # Off like production (README): DEBUG keeps every SQL statement per connection in memory and wraps each cursor.
 DEBUG = env_bool("DEBUG", False)
@@ -24,45 +23,25 @@ if DEV_IDP_ENABLED and not OIDC_ISSUER_URL and not OIDC_AUDIENCE:
     OIDC_AUDIENCE = [DEV_IDP_AUDIENCE]
 
 
-def _local_secret(name: str) -> str:
-    """A secret generated once into the data directory, so restarts keep sessions and tokens valid."""
-    path = DATA_DIR / name
-    if not path.exists():
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(48))
-        path.chmod(0o600)
-    return path.read_text().strip()
+# Secrets (issue 32.2): from the environment; else from DATA_DIR, generated there on first start only where the
+# database is this installation's own (config.local_secrets). A host next to a shared database must be given the
+# other hosts' values instead of inventing its own.
+_DATABASE_URL = env_str("DATABASE_URL", "")
+DATABASE_IS_EMBEDDED = not _DATABASE_URL or embedded_services.is_embedded_database(_DATABASE_URL)
+SECRETS_MAY_BE_GENERATED = local_secrets.may_generate(GENERATE_SECRETS, DATABASE_IS_EMBEDDED)
+SECRET_SOURCES: dict[str, str] = {}
+SECRET_KEY = local_secrets.resolve(
+    "SECRET_KEY", DATA_DIR / "secret-key", local_secrets.new_secret_key, generate=SECRETS_MAY_BE_GENERATED,
+    sources=SECRET_SOURCES, hint="sessions and signed download links made on one host would be refused on another",
+)  # fmt: skip
+# Losing the key file loses every encrypted value; write_once never leaves a half-written key.
+MEMORY_ENCRYPTION_KEYS = local_secrets.resolve(
+    "MEMORY_ENCRYPTION_KEYS", DATA_DIR / "encryption-keys", local_secrets.new_encryption_keys,
+    generate=SECRETS_MAY_BE_GENERATED, sources=SECRET_SOURCES,
+    hint="values it encrypts could not be read by the others, nor theirs by it",
+)  # fmt: skip
 
-
-SECRET_KEY = env_str("SECRET_KEY", "") or _local_secret("secret-key")
-
-
-def _local_encryption_keys() -> str:
-    """MEMORY_ENCRYPTION_KEYS generated once into DATA_DIR/encryption-keys (D4). Losing this file loses every
-    encrypted value, so it is created atomically (no half-written key, concurrent first starts agree on one)."""
-    import base64
-    import os
-
-    path = DATA_DIR / "encryption-keys"
-    if not path.exists():
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        line = f"local-{secrets.token_hex(4)}:{base64.b64encode(secrets.token_bytes(32)).decode()}\n"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(line)
-        try:
-            os.link(tmp, path)  # fails if another process got there first; then its key wins
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-    return path.read_text().strip()
-
-
-MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "") or _local_encryption_keys()
-
-DATABASE_URL = env_str("DATABASE_URL", "") or embedded_services.postgres_url()
+DATABASE_URL = _DATABASE_URL or embedded_services.postgres_url()
 REDIS_URL = env_str("REDIS_URL", "") or embedded_services.redis_url()
 
 DATABASES = {"default": database_from_url(DATABASE_URL, DB_CONN_MAX_AGE)}

@@ -9,6 +9,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool
 
+# The test session is one host, on the embedded PostgreSQL or (DATABASE_URL set) on a database of its own: it may
+# generate the secrets its live servers and workers then read (config.local_secrets).
+os.environ.setdefault("GENERATE_SECRETS", "true")
+
 from .embedded import *  # noqa: F403
 
 DEBUG = False

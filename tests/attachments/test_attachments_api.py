@@ -88,13 +88,14 @@ def test_head_answers_the_headers_without_reading_the_blob(client_for, settings,
 
 
 @pytest.mark.django_db
-def test_head_of_a_missing_blob_is_404(client_for, attachment_dir):
+def test_head_of_a_missing_blob_is_500_blob_missing(client_for, attachment_dir):
+    # The row is there and its blob is not (issue 32: tests/attachments/test_missing_blobs.py): not a 404.
     bob = client_for("bob")
     meta = upload_ok(bob, b"soon gone")
     [blob] = blobs(attachment_dir)
     blob.unlink()
-    assert bob.head(meta["href"]).status_code == 404  # a HEAD answer has no body to check
-    assert_error(bob.get(meta["href"]), 404, "not_found")
+    assert bob.head(meta["href"]).status_code == 500  # a HEAD answer has no body to check
+    assert_error(bob.get(meta["href"]), 500, "blob_missing")
 
 
 @pytest.mark.django_db
@@ -693,6 +694,7 @@ def _kid_of(path) -> str:
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("own_key_rings")
 def test_rotate_encryption_key_reseals_blobs(client_for, settings, attachment_dir, capsys):
     import base64
 

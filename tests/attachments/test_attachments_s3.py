@@ -160,3 +160,26 @@ def test_expiry_sweep_removes_the_object(client_for, bucket, django_capture_on_c
     with django_capture_on_commit_callbacks(execute=True):
         assert remove_expired_attachments() == 1
     assert objects(bucket) == {}
+
+
+@pytest.mark.django_db
+def test_an_object_missing_from_the_bucket_is_500_blob_missing_and_expiry_logs_it(
+    client_for, bucket, caplog, django_capture_on_commit_callbacks
+):
+    import logging
+
+    bob = client_for("bob")
+    meta = upload_ok(bob, b"emptied by hand")
+    [key] = objects(bucket)
+    bucket.delete_object(Bucket=bucket.bucket_name, Key=key)
+    with caplog.at_level(logging.INFO, logger="apps.attachments"):
+        response = bob.get(meta["href"])
+        assert response.status_code == 500 and response.json()["code"] == "blob_missing"
+        Attachment.objects.filter(id=meta["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+        with django_capture_on_commit_callbacks(execute=True):
+            assert remove_expired_attachments() == 1
+    logged = [(r.levelno, r.getMessage(), r.attachment_id) for r in caplog.records if "missing" in r.getMessage()]
+    assert logged == [
+        (logging.ERROR, "attachment blob missing from storage", meta["id"]),
+        (logging.ERROR, "attachment blob missing when its row expired", meta["id"]),
+    ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -204,21 +203,25 @@ def test_registry():
     assert not [s for s in crypto.encrypted_fields() if s.model_label == "memories.Thing"]
 
 
-def test_embedded_settings_generate_a_key_file_once(tmp_path):
-    """config/settings/embedded.py: an empty MEMORY_ENCRYPTION_KEYS means a key file in DATA_DIR, made once, 0600.
+def test_embedded_settings_generate_a_key_file_once(tmp_path, monkeypatch):
+    """config/settings/embedded.py: an empty MEMORY_ENCRYPTION_KEYS means a key file in DATA_DIR, made once, 0600
+    (config.local_secrets, where generating is allowed: the embedded database)."""
+    from config import local_secrets
 
-    Only the helper is executed: importing the whole settings module would start the embedded services."""
-    from config.settings import embedded
-
-    code = Path(embedded.__file__).read_text(encoding="utf-8")
-    start = code.index("def _local_encryption_keys")
-    end = code.index("MEMORY_ENCRYPTION_KEYS = ", start)
-    namespace: dict = {"DATA_DIR": tmp_path / "data"}
-    exec("import secrets\n" + code[start:end], namespace)  # our own settings file, not external input
-    first = namespace["_local_encryption_keys"]()
-    assert namespace["_local_encryption_keys"]() == first
-    assert crypto.parse_keyring(first).primary.startswith("local-")
+    monkeypatch.delenv("MEMORY_ENCRYPTION_KEYS", raising=False)
     path = tmp_path / "data" / "encryption-keys"
+    sources: dict[str, str] = {}
+
+    def resolve() -> str:
+        return local_secrets.resolve(
+            "MEMORY_ENCRYPTION_KEYS", path, local_secrets.new_encryption_keys, generate=True, sources=sources, hint=""
+        )
+
+    first = resolve()
+    assert sources == {"MEMORY_ENCRYPTION_KEYS": f"generated {path}"}
+    assert resolve() == first
+    assert sources == {"MEMORY_ENCRYPTION_KEYS": f"file {path}"}
+    assert crypto.parse_keyring(first).primary.startswith("local-")
     assert path.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in path.parent.iterdir()] == ["encryption-keys"]  # the temporary file is gone
 
@@ -267,6 +270,7 @@ def _rotate(**options):
     return out.getvalue()
 
 
+@pytest.mark.usefixtures("own_key_rings")
 def test_rotate_encryption_key(settings, probe_model):
     import uuid
 
@@ -299,6 +303,7 @@ def test_rotate_encryption_key(settings, probe_model):
     assert crypto.decrypt(bytes(probe_model.objects.get(id=ids[0]).secret), purpose="test.secret", row_id=str(ids[0]))
 
 
+@pytest.mark.usefixtures("own_key_rings")
 def test_rotate_encryption_key_reports_undecryptable_rows(settings, probe_model):
     from django.core.management.base import CommandError
 
@@ -317,6 +322,7 @@ def test_rotate_encryption_key_reports_undecryptable_rows(settings, probe_model)
     assert crypto.key_id_of(bytes(probe_model.objects.get(id=moved.id).secret)) == "k1"
 
 
+@pytest.mark.usefixtures("own_key_rings")
 def test_rotate_encryption_key_without_registered_columns(settings):
     settings.MEMORY_ENCRYPTION_KEYS = f"k1:{K1}"
     saved = crypto.encrypted_fields()

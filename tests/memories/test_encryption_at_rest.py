@@ -77,6 +77,7 @@ def _new_key(kid: str) -> str:
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("own_key_rings")
 def test_key_rotation_keeps_every_value_readable(client_for, settings):
     old = _new_key("old")
     settings.MEMORY_ENCRYPTION_KEYS = old

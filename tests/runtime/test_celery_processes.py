@@ -58,6 +58,9 @@ def test_beat_sends_scheduled_tasks_by_name(tmp_path) -> None:
             REDIS_URL=broker,
             DATABASE_URL="postgresql://unused.invalid/none",  # beat never connects to the database
             DATA_DIR=str(tmp_path),
+            # Settings still read them; next to an external database they are never generated (issue 32.2).
+            SECRET_KEY=settings.SECRET_KEY,
+            MEMORY_ENCRYPTION_KEYS=settings.MEMORY_ENCRYPTION_KEYS,
             MEMORY_EPISODIC_INDEXING_INTERVAL="1",
         ),
         cwd=settings.BASE_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,

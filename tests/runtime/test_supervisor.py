@@ -256,6 +256,58 @@ def test_up_stops_what_it_started_when_it_fails(monkeypatch):
     assert stopped == [{"postgres", "valkey"}]
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("flag", [[], ["--no-migrate"]])
+def test_up_migrates_unless_told_not_to(monkeypatch, flag, capsys):
+    """Several hosts on one database migrate it once (issue 32): `up --no-migrate` leaves that to a one-off job."""
+    from django.core.management import call_command
+
+    from apps.runtime import supervisor as supervisor_module
+    from apps.runtime.management.commands import up
+
+    commands = []
+
+    class Started(Exception):
+        pass
+
+    def run(self):
+        raise Started
+
+    monkeypatch.setattr(up, "call_command", lambda name, *args, **kwargs: commands.append(name))
+    monkeypatch.setattr(up.Command, "_prepare_embeddings", lambda self: None)
+    monkeypatch.setattr(up.atexit, "register", lambda function: None)
+    monkeypatch.setattr(up, "stop_with_parent", lambda: None)
+    monkeypatch.setattr(up, "stop_embedded_services", lambda: None)
+    monkeypatch.setattr(supervisor_module.Supervisor, "run", run)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with pytest.raises(Started):
+            call_command("up", *flag, port=_free_port())
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    out = capsys.readouterr().out
+    if flag:
+        assert commands == [] and "database ready (not migrated here: --no-migrate)" in out
+    else:
+        assert commands == ["migrate"] and "database ready (" in out
+
+
+@pytest.mark.django_db
+def test_up_no_migrate_warns_when_migrations_are_missing(monkeypatch):
+    from django.db.migrations.executor import MigrationExecutor
+
+    from apps.runtime.management.commands import up
+
+    monkeypatch.setattr(MigrationExecutor, "migration_plan", lambda self, targets: [(SimpleMigration, False)])
+    assert "WARNING: --no-migrate and 1 migration(s) not applied" in up.Command._unmigrated_warning()
+    assert "memories.0042_future" in up.Command._unmigrated_warning()
+
+
+class SimpleMigration:
+    app_label, name = "memories", "0042_future"
+
+
 # --- The real `manage.py up` ------------------------------------------------------------------------------------
 
 

@@ -1,13 +1,13 @@
-"""The dev IdP's RSA signing key: generated once into DATA_DIR and reused, so tokens survive restarts and every
-worker process of one installation signs with (and trusts) the same key."""
+"""The dev IdP's RSA signing key: DEV_IDP_SIGNING_KEY_FILE, or generated once into DATA_DIR and reused, so tokens
+survive restarts and every worker process of one installation signs with (and trusts) the same key. Instances that
+accept each other's dev tokens share one key file and one DEV_IDP_ISSUER (README "Several hosts")."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-import os
-import secrets
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from jwt.algorithms import RSAAlgorithm
 
 ALGORITHM = "RS256"
@@ -33,11 +34,13 @@ class SigningKey:
 
 
 def key_path() -> Path:
-    return Path(settings.DATA_DIR) / "dev-idp" / "signing-key.pem"
+    """DEV_IDP_SIGNING_KEY_FILE, or the data directory's own key."""
+    configured = getattr(settings, "DEV_IDP_SIGNING_KEY_FILE", "")
+    return Path(configured) if configured else Path(settings.DATA_DIR) / "dev-idp" / "signing-key.pem"
 
 
 def signing_key() -> SigningKey:
-    """The key for the current DATA_DIR, loaded (or created) once per process."""
+    """The key for the current DEV_IDP_SIGNING_KEY_FILE / DATA_DIR, loaded (or created) once per process."""
     path = key_path()
     key = _loaded.get(path)
     if key is None:
@@ -46,6 +49,19 @@ def signing_key() -> SigningKey:
             if key is None:
                 key = _loaded[path] = _describe(_load_or_create(path))
     return key
+
+
+def check_available() -> None:
+    """Raise ImproperlyConfigured when the key is missing and may not be generated here (issue 32.4: a second
+    instance that made its own key would refuse every token of the first). Web start-up calls it."""
+    path = key_path()
+    if not path.exists() and not settings.SECRETS_MAY_BE_GENERATED:
+        raise ImproperlyConfigured(
+            f"The dev IdP's signing key {path} does not exist and DATABASE_URL names a database this installation "
+            "did not start: a key generated here would differ from the other instances', which would refuse its "
+            "tokens (and it theirs). Set DEV_IDP_SIGNING_KEY_FILE to a copy of their key (and DEV_IDP_ISSUER to "
+            "their issuer), or GENERATE_SECRETS=true if this instance is the only one."
+        )
 
 
 def public_jwks() -> dict[str, Any]:
@@ -66,29 +82,41 @@ def _describe(private_key: rsa.RSAPrivateKey) -> SigningKey:
     return SigningKey(private_key=private_key, kid=kid, public_jwk=public_jwk)
 
 
+def create(path: Path) -> None:
+    """Write a new key to ``path`` unless one is there (several workers starting at once end up with the one key that
+    won, never with a half-written file or each with its own)."""
+    from config.local_secrets import write_once
+
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    write_once(path, pem.decode("ascii"))
+
+
 def _load_or_create(path: Path) -> rsa.RSAPrivateKey:
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        # Write a private temp file, then link it into place: several workers starting at once must all end up
-        # with the one key that won, never with a half-written file or each with its own key.
-        temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(pem)
-            try:
-                os.link(temp, path)
-            except FileExistsError:
-                pass
-            except OSError:  # filesystems without hard links
-                if not path.exists():
-                    os.replace(temp, path)
-        finally:
-            temp.unlink(missing_ok=True)
+        check_available()
+        create(path)
     private_key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(private_key, rsa.RSAPrivateKey):
         raise ValueError(f"{path} does not hold an RSA private key")
     return private_key
+
+
+def main(argv: list[str]) -> int:
+    """``python -m apps.identity.dev_idp.keys create PATH``: a signing key for DEV_IDP_SIGNING_KEY_FILE, made once and
+    copied to every instance (production never generates one)."""
+    if len(argv) != 3 or argv[1] != "create":
+        print("usage: python -m apps.identity.dev_idp.keys create PATH", file=sys.stderr)
+        return 2
+    path = Path(argv[2])
+    if path.exists():
+        print(f"{path} exists; left as it is", file=sys.stderr)
+        return 1
+    create(path)
+    print(f"dev IdP signing key written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

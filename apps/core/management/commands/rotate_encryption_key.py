@@ -1,8 +1,10 @@
 """`manage.py rotate_encryption_key`: re-encrypt every registered encrypted column, and every registered set of
 encrypted files (attachment blobs, see ``crypto.register_blob_rotator``), under the current primary key (D4).
 
-Put the new key first in MEMORY_ENCRYPTION_KEYS (keeping the old ones after it), restart the service so new writes use
-it, then run this command. It is safe while the service serves and resumable:
+Rotation in two phases (README "Key rotation"): add the new key at the end of MEMORY_ENCRYPTION_KEYS on every host
+(it decrypts only) and restart them; then move it first on every host (it encrypts), restart, and run this command.
+It refuses to run while some live host (apps.core.key_rings) lacks the primary, since a value re-encrypted under it
+would be lost to that host. It is safe while the service serves and resumable:
 
 * only rows whose envelope header names another key are selected (compared in SQL on the clear header bytes), so a
   re-run continues with what is left;
@@ -55,6 +57,7 @@ class Command(BaseCommand):
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         primary = crypto.primary_key_id()  # also validates the key ring before touching anything
+        self._check_hosts(primary)
         specs = crypto.encrypted_fields()
         rotators = crypto.blob_rotators()
         if not specs and not rotators:
@@ -91,6 +94,32 @@ class Command(BaseCommand):
             self.stdout.write(f"{remaining} value(s) were locked by live requests or written meanwhile; run again.")
         else:
             self.stdout.write(self.style.SUCCESS("Every registered value is under the primary key."))
+
+    def _check_hosts(self, primary: str) -> None:
+        """Promote only a key every live host holds (apps.core.key_rings): a value re-sealed under a key some host
+        lacks is a value that host can no longer read. Refused with the hosts to fix first."""
+        from apps.core import key_rings
+
+        status = key_rings.assess()
+        if status.conflicting:
+            raise CommandError(
+                f"key id(s) {', '.join(status.conflicting)} of this MEMORY_ENCRYPTION_KEYS have other key bytes on "
+                "live hosts: give every host the same list."
+            )
+        if status.lacking:
+            lacking = "; ".join(f"{kid} (written by {', '.join(hosts)})" for kid, hosts in status.lacking.items())
+            raise CommandError(
+                f"this MEMORY_ENCRYPTION_KEYS lacks keys live hosts encrypt with: {lacking}. Run the command with the "
+                "ring the hosts use."
+            )
+        if status.primary_lacking_on:
+            raise CommandError(
+                f"the primary key {primary!r} is not in MEMORY_ENCRYPTION_KEYS on every live host: "
+                f"{', '.join(status.primary_lacking_on)} lack(s) it and could not read values re-encrypted under it. "
+                "Add it there first (phase 1 of a rotation: README \"Key rotation\"), restart them, and run this "
+                "again."
+            )
+        self.stdout.write(f"Every live host ({status.live_rings} key ring(s) reported) holds {primary}.")
 
     def _pending(self, spec: crypto.EncryptedField, primary: str) -> models.QuerySet:
         """Rows of ``spec`` whose envelope does not start with the primary key's header."""

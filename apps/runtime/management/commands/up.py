@@ -1,4 +1,5 @@
-"""`make run`: migrate, then run web + worker + beat (the Procfile) under a supervisor that restarts a process that
+"""`make run`: migrate (unless ``--no-migrate``: another host or a one-off job migrates a shared database), then run
+web + worker + beat (the Procfile) under a supervisor that restarts a process that
 dies, and stop the embedded servers this command started however it ends: Ctrl-C (SIGINT), SIGTERM, SIGHUP, a
 fatal error or an exception (a ``finally``, signal handlers and ``atexit`` all lead to the same idempotent stop).
 
@@ -49,8 +50,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--port", type=int, default=settings.PORT, help="HTTP port (default: $PORT or 8080)")
+        parser.add_argument(
+            "--no-migrate",
+            dest="migrate",
+            action="store_false",
+            help="do not run `migrate` first: another host or a one-off job migrates the shared database",
+        )
 
-    def handle(self, *args, port: int, **options) -> None:
+    def handle(self, *args, port: int, migrate: bool = True, **options) -> None:
         # Settings were loaded before this runs, which is when the embedded servers were started: from here on,
         # every way out stops them.
         atexit.register(stop_embedded_services)
@@ -71,11 +78,15 @@ class Command(BaseCommand):
         stop_with_parent()
         try:
             started = time.monotonic()
-            call_command("migrate", interactive=False, verbosity=0)
+            if migrate:
+                call_command("migrate", interactive=False, verbosity=0)
+                ready = f"database ready ({time.monotonic() - started:.1f}s)"
+            else:
+                ready = self._unmigrated_warning() or "database ready (not migrated here: --no-migrate)"
             # Nothing here uses the database again: an idle session held open would keep a PostgreSQL smart
             # shutdown (SIGTERM) from ever finishing.
             connections.close_all()
-            self.stdout.write(f"database ready ({time.monotonic() - started:.1f}s)")
+            self.stdout.write(ready)
             self._prepare_embeddings()
             supervisor = Supervisor(
                 processes=read_procfile(Path(settings.BASE_DIR) / "Procfile"),
@@ -91,6 +102,22 @@ class Command(BaseCommand):
                 supervisor.shutdown()
             stop_embedded_services()
             self.stdout.write("stopped")
+
+    @staticmethod
+    def _unmigrated_warning() -> str | None:
+        """With --no-migrate, say so when the database lacks migrations this code needs (the one-off migrate has not
+        run yet): the processes start anyway, as they would on a host that cannot run DDL."""
+        from django.db import connection
+        from django.db.migrations.executor import MigrationExecutor
+
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        if not plan:
+            return None
+        return (
+            f"WARNING: --no-migrate and {len(plan)} migration(s) not applied to this database yet "
+            f"(first: {plan[0][0].app_label}.{plan[0][0].name}); run `python manage.py migrate` once"
+        )
 
     @staticmethod
     def _embedded_servers() -> dict[str, Server]:
@@ -148,6 +175,13 @@ class Command(BaseCommand):
             f"Memory Service on {base}   (API docs: {base}/docs, readiness: {base}/readyz)",
             f"Data directory: {settings.DATA_DIR}",
         ]
+        local = {name: source for name, source in settings.SECRET_SOURCES.items() if source != "environment"}
+        if local:
+            # Loud on purpose (issue 32.2): a second host on this database must be given these, not make its own.
+            lines.append(
+                "Secrets: " + "; ".join(f"{name} {source}" for name, source in local.items())
+                + ". Another host sharing this database needs the same values (README \"Several hosts\")."
+            )
         host = os.environ.get("HOST") or "127.0.0.1"  # the Procfile's default
         if settings.DEV_IDP_ENABLED and host not in ("127.0.0.1", "localhost", "::1"):
             lines.append(
