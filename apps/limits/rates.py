@@ -1,0 +1,145 @@
+"""Per-user request rates in Valkey, shared by every web process and host: ``check_rate(principal, kind)``.
+
+GCRA (the generic cell rate algorithm, a token bucket that stores one timestamp per key): a user's bucket of a
+kind holds ``burst`` tokens and refills at ``per_minute``. One Lua script checks every kind a request takes (its
+``requests`` token and, for an expensive operation, one of that class) against Valkey's own clock and takes them
+only if all are there: one round trip, atomic, and the same clock for every host.
+
+Valkey down, frozen or slow: **fail open**. The call gives up after RATE_LIMIT_TIMEOUT_SECONDS (50 ms) and the
+request goes on unlimited; after a failure this process stops asking Valkey for RATE_LIMIT_BACKOFF_SECONDS, so a
+frozen Valkey costs one timeout per process per backoff period, not one per request. Availability over
+enforcement: the quotas, which bound what a user can store, are PostgreSQL's and stay enforced. Each failure is
+counted (``rate_limit_unavailable_total``) and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.core.signals import setting_changed
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from apps.core import errors, metrics
+from apps.limits import config
+from apps.limits.definitions import REQUESTS
+
+logger = logging.getLogger(__name__)
+
+# KEYS: one bucket per kind. ARGV: for each key, its emission interval (microseconds per token) and its capacity
+# (burst * emission). A bucket's value is its theoretical arrival time (TAT, microseconds); it expires when full.
+# Returns {0, 0} when taken, else {microseconds until every bucket has the token, 1-based index of the fullest}.
+_GCRA = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000000 + tonumber(now_parts[2])
+local wait, which = 0, 0
+local tats = {}
+for i = 1, #KEYS do
+    local emission = tonumber(ARGV[2 * i - 1])
+    local capacity = tonumber(ARGV[2 * i])
+    local tat = tonumber(redis.call('GET', KEYS[i]) or now)
+    if tat < now then tat = now end
+    local new_tat = tat + emission
+    local allowed_at = new_tat - capacity
+    if allowed_at > now and allowed_at - now > wait then
+        wait, which = allowed_at - now, i
+    end
+    tats[i] = new_tat
+end
+if wait > 0 then
+    return {math.ceil(wait), which}
+end
+for i = 1, #KEYS do
+    redis.call('SET', KEYS[i], string.format('%.0f', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000) + 1)
+end
+return {0, 0}
+"""
+
+_lock = threading.Lock()
+_script: Any = None
+_skip_until = 0.0
+
+
+def check_rate(principal: Any, kind: str | None = None) -> None:
+    """Take one ``requests`` token (and one of ``kind`` when given) from the caller's buckets, or raise 429
+    ``rate_limited`` with ``Retry-After``. ``principal``: an apps.identity.principal.Principal (or anything with a
+    ``user_id``). The same call serves the REST hook (apps.limits.throttling) and the MCP tools."""
+    kinds = (REQUESTS,) if kind is None or kind == REQUESTS else (REQUESTS, kind)
+    check_kinds(principal.user_id, kinds)
+
+
+def check_kinds(user_id: str, kinds: tuple[str, ...]) -> None:
+    """Take one token of each of ``kinds`` (all or none), or raise 429."""
+    global _skip_until
+    if not settings.RATE_LIMITS_ENABLED or time.monotonic() < _skip_until:
+        return
+    keys: list[str] = []
+    args: list[int] = []
+    prefix = settings.RATE_LIMIT_REDIS_PREFIX
+    for kind in kinds:
+        per_minute, burst = config.rate(user_id, kind)
+        emission = 60_000_000 // per_minute or 1
+        # The user's id as a hash tag: a user's buckets share a cluster slot, so one script may touch them all.
+        keys.append(f"{prefix}{{{user_id}}}:{kind}")
+        args += [emission, emission * burst]
+    try:
+        wait_us, which = _gcra()(keys=keys, args=args)
+    except redis.RedisError as exc:
+        _skip_until = time.monotonic() + settings.RATE_LIMIT_BACKOFF_SECONDS
+        metrics.RATE_LIMIT_UNAVAILABLE.inc()
+        logger.warning(
+            "rate limiter unavailable; requests pass unlimited for a while",
+            extra={"error": type(exc).__name__, "backoff_seconds": settings.RATE_LIMIT_BACKOFF_SECONDS},
+        )
+        return
+    if not wait_us:
+        return
+    kind = kinds[int(which) - 1]
+    metrics.RATE_LIMITED.labels(kind).inc()
+    retry_after = max(1, math.ceil(int(wait_us) / 1_000_000))
+    raise errors.ApiError(
+        429,
+        f"Too many requests ({kind}); retry after {retry_after} s.",
+        code="rate_limited",
+        details={"rate": kind, "retryAfterSeconds": retry_after},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def _gcra() -> Any:
+    global _script
+    script = _script
+    if script is None:
+        with _lock:
+            if _script is None:
+                timeout = settings.RATE_LIMIT_TIMEOUT_SECONDS
+                # Its own pool: the shared client waits 2 s and retries, far too long for a check on every request.
+                client = redis.Redis.from_url(
+                    settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout,
+                    retry=Retry(NoBackoff(), 0),
+                )
+                _script = client.register_script(_GCRA)
+            script = _script
+    return script
+
+
+def reset() -> None:
+    """Forget the client and any backoff (a setting changed; tests)."""
+    global _script, _skip_until
+    with _lock:
+        _script = None
+        _skip_until = 0.0
+
+
+def _on_setting_changed(*, setting: str, **_kwargs: Any) -> None:
+    if setting in ("REDIS_URL", "RATE_LIMIT_TIMEOUT_SECONDS", "RATE_LIMIT_BACKOFF_SECONDS", "RATE_LIMITS_ENABLED"):
+        reset()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="apps.limits.rates.setting_changed")
