@@ -83,6 +83,18 @@ def credit(rows: Iterable[tuple[str, str, int]]) -> None:
         )
 
 
+def move(name: str, amount: int, from_user: str, to_user: str) -> None:
+    """``amount`` of quota ``name`` changes hands (a transfer of ownership), inside the caller's transaction: 403
+    ``quota_exceeded`` when ``to_user`` cannot take it. The two rows are taken in user order."""
+    if not amount or from_user == to_user:
+        return
+    for user_id in sorted((from_user, to_user)):
+        if user_id == to_user:
+            charge(to_user, **{name: amount})
+        else:
+            credit([(from_user, name, amount)])
+
+
 def check_count(user_id: str, name: str, used: int, adding: int = 1) -> None:
     """For a quota counted by its caller under its own lock (members_per_conversation): 403 when ``used + adding``
     would pass ``user_id``'s limit."""

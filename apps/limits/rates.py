@@ -74,6 +74,12 @@ def check_rate(principal: Any, kind: str | None = None) -> None:
     check_kinds(principal.user_id, kinds)
 
 
+def check_class(principal: Any, kind: str) -> None:
+    """Take one token of ``kind`` alone, for a service whose caller's hook already took the request's
+    ``requests`` token (an append that turns out to create a conversation)."""
+    check_kinds(principal.user_id, (kind,))
+
+
 def check_kinds(user_id: str, kinds: tuple[str, ...]) -> None:
     """Take one token of each of ``kinds`` (all or none), or raise 429."""
     global _skip_until

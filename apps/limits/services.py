@@ -1,8 +1,10 @@
 """The limits other apps call (REST views through apps.limits.throttling, services, the MCP tools):
 
 - ``check_rate(principal, kind=None)``: take a request token (and one of ``kind``) or raise 429 ``rate_limited``;
-- ``charge(user_id, **deltas)`` / ``credit(rows)``: move stored totals inside the write's transaction, or raise
-  403 ``quota_exceeded``;
+- ``check_class(principal, kind)``: the same for a class alone, where a service finds out late that a request is
+  expensive (an append that creates a conversation);
+- ``charge(user_id, **deltas)`` / ``credit(rows)`` / ``move(...)``: move stored totals inside the write's
+  transaction, or raise 403 ``quota_exceeded``;
 - ``check_count(user_id, quota, used)``: for a total the caller counts under its own lock;
 - ``set_limits`` / ``limits_of`` / ``recount``: the admin's side (``manage.py limits``, the admin pages).
 """
@@ -23,17 +25,20 @@ from apps.limits.quotas import (
     credit,
     known_users,
     limits_for,
+    move,
     raise_if_refused,
     recount,
+    refusal,
     register_counter,
     usage,
 )
-from apps.limits.rates import check_kinds, check_rate
+from apps.limits.rates import check_class, check_kinds, check_rate
 
 __all__ = [
     "CHARGE_SQL",
     "Counter",
     "charge",
+    "check_class",
     "check_count",
     "check_kinds",
     "check_rate",
@@ -41,8 +46,10 @@ __all__ = [
     "known_users",
     "limits_for",
     "limits_of",
+    "move",
     "raise_if_refused",
     "recount",
+    "refusal",
     "register_counter",
     "set_limits",
     "usage",
