@@ -7,6 +7,7 @@ happens in Python, so the database only ever sees ciphertext.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
@@ -243,8 +244,10 @@ def put_memory(
         "event_id": event_id,
         "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
     }
+    # Inside a caller's transaction, in a savepoint of its own: a refusal then undoes this write only.
     try:
-        rows = run_pipelined(PUT_STATEMENTS, params)
+        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+            rows = run_pipelined(PUT_STATEMENTS, params)
     except DatabaseError as exc:
         limits.raise_if_refused(exc)  # 403 quota_exceeded
         raise

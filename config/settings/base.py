@@ -177,6 +177,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "apps.events.schema.add_event_stream",  # served by the ASGI consumer: no view to describe
         "apps.core.schema_honesty.postprocess_schema",
+        "apps.limits.openapi.postprocess_schema",  # 429 rate_limited everywhere, 403 quota_exceeded on writes
         "apps.memories.openapi.namespace_depth_hook",
     ],
 }
