@@ -5,6 +5,13 @@ kind holds ``burst`` tokens and refills at ``per_minute``. One Lua script checks
 ``requests`` token and, for an expensive operation, one of that class) against Valkey's own clock and takes them
 only if all are there: one round trip, atomic, and the same clock for every host.
 
+Leases: a request that takes only a ``requests`` token may take up to RATE_LIMIT_LEASE of them at once, when the
+bucket holds at least twice that many, and keep the rest in this process for the user's next requests (for at most
+a second). Most requests then skip the round trip. Nothing is ever admitted that was not taken from the shared
+bucket, so a user never gets more than the limit; near the limit (fewer than twice the lease left) every request
+takes exactly one token, so the boundary stays exact. The cost: tokens another process leased and has not used
+yet (at most RATE_LIMIT_LEASE - 1 per process and user, for a second) are not available to this one.
+
 Valkey down, frozen or slow: **fail open**. The call gives up after RATE_LIMIT_TIMEOUT_SECONDS (50 ms) and the
 request goes on unlimited; after a failure this process stops asking Valkey for RATE_LIMIT_BACKOFF_SECONDS, so a
 frozen Valkey costs one timeout per process per backoff period, not one per request. Availability over
@@ -32,38 +39,56 @@ from apps.limits.definitions import REQUESTS
 
 logger = logging.getLogger(__name__)
 
-# KEYS: one bucket per kind. ARGV: for each key, its emission interval (microseconds per token) and its capacity
-# (burst * emission). A bucket's value is its theoretical arrival time (TAT, microseconds); it expires when full.
-# Returns {0, 0} when taken, else {microseconds until every bucket has the token, 1-based index of the fullest}.
+# KEYS: one bucket per kind. ARGV[1]: the tokens wanted (a lease, > 1, only if each bucket keeps as many after);
+# then for each key its emission interval (microseconds per token) and its capacity (burst * emission). A bucket's
+# value is its theoretical arrival time (TAT, microseconds); it expires when full. Returns {tokens taken, 0, 0}, or
+# {0, microseconds until every bucket has one token, 1-based index of the bucket furthest from it}.
 _GCRA = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000000 + tonumber(now_parts[2])
-local wait, which = 0, 0
-local tats = {}
+local want = tonumber(ARGV[1])
+local tats, emissions, capacities = {}, {}, {}
 for i = 1, #KEYS do
-    local emission = tonumber(ARGV[2 * i - 1])
-    local capacity = tonumber(ARGV[2 * i])
+    emissions[i] = tonumber(ARGV[2 * i])
+    capacities[i] = tonumber(ARGV[2 * i + 1])
     local tat = tonumber(redis.call('GET', KEYS[i]) or now)
     if tat < now then tat = now end
-    local new_tat = tat + emission
-    local allowed_at = new_tat - capacity
-    if allowed_at > now and allowed_at - now > wait then
-        wait, which = allowed_at - now, i
-    end
-    tats[i] = new_tat
+    tats[i] = tat
 end
-if wait > 0 then
-    return {math.ceil(wait), which}
+local function fits(tokens)
+    for i = 1, #KEYS do
+        if tats[i] + emissions[i] * tokens - capacities[i] > now then return false end
+    end
+    return true
+end
+local take = 0
+if want > 1 and fits(2 * want) then
+    take = want
+elseif fits(1) then
+    take = 1
+else
+    local wait, which = 0, 0
+    for i = 1, #KEYS do
+        local allowed_at = tats[i] + emissions[i] - capacities[i]
+        if allowed_at - now > wait then wait, which = allowed_at - now, i end
+    end
+    return {0, math.ceil(wait), which}
 end
 for i = 1, #KEYS do
-    redis.call('SET', KEYS[i], string.format('%.0f', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000) + 1)
+    local tat = tats[i] + emissions[i] * take
+    redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
 end
-return {0, 0}
+return {take, 0, 0}
 """
+
+# How long tokens taken ahead stay usable in this process.
+_LEASE_SECONDS = 1.0
+_MAX_LEASED_USERS = 10_000
 
 _lock = threading.Lock()
 _script: Any = None
 _skip_until = 0.0
+_leases: dict[str, tuple[int, float]] = {}  # user id -> (requests tokens left, usable until)
 
 
 def check_rate(principal: Any, kind: str | None = None) -> None:
@@ -85,8 +110,11 @@ def check_kinds(user_id: str, kinds: tuple[str, ...]) -> None:
     global _skip_until
     if not settings.RATE_LIMITS_ENABLED or time.monotonic() < _skip_until:
         return
+    leasing = kinds == (REQUESTS,)
+    if leasing and _take_leased(user_id):
+        return
     keys: list[str] = []
-    args: list[int] = []
+    args: list[int] = [1]
     prefix = settings.RATE_LIMIT_REDIS_PREFIX
     for kind in kinds:
         per_minute, burst = config.rate(user_id, kind)
@@ -94,8 +122,10 @@ def check_kinds(user_id: str, kinds: tuple[str, ...]) -> None:
         # The user's id as a hash tag: a user's buckets share a cluster slot, so one script may touch them all.
         keys.append(f"{prefix}{{{user_id}}}:{kind}")
         args += [emission, emission * burst]
+        if leasing:
+            args[0] = max(1, min(settings.RATE_LIMIT_LEASE, burst // 20))
     try:
-        wait_us, which = _gcra()(keys=keys, args=args)
+        taken, wait_us, which = _gcra()(keys=keys, args=args)
     except redis.RedisError as exc:
         _skip_until = time.monotonic() + settings.RATE_LIMIT_BACKOFF_SECONDS
         metrics.RATE_LIMIT_UNAVAILABLE.inc()
@@ -104,7 +134,9 @@ def check_kinds(user_id: str, kinds: tuple[str, ...]) -> None:
             extra={"error": type(exc).__name__, "backoff_seconds": settings.RATE_LIMIT_BACKOFF_SECONDS},
         )
         return
-    if not wait_us:
+    if taken:
+        if taken > 1:
+            _lease(user_id, int(taken) - 1)
         return
     kind = kinds[int(which) - 1]
     metrics.RATE_LIMITED.labels(kind).inc()
@@ -116,6 +148,32 @@ def check_kinds(user_id: str, kinds: tuple[str, ...]) -> None:
         details={"rate": kind, "retryAfterSeconds": retry_after},
         headers={"Retry-After": str(retry_after)},
     )
+
+
+def _take_leased(user_id: str) -> bool:
+    with _lock:
+        lease = _leases.get(user_id)
+        if lease is None:
+            return False
+        left, until = lease
+        if until < time.monotonic():
+            del _leases[user_id]
+            return False
+        if left <= 1:
+            del _leases[user_id]
+        else:
+            _leases[user_id] = (left - 1, until)
+        return True
+
+
+def _lease(user_id: str, tokens: int) -> None:
+    with _lock:
+        if len(_leases) >= _MAX_LEASED_USERS:
+            _leases.clear()  # tokens dropped, never given twice
+        left, until = _leases.get(user_id, (0, 0.0))
+        now = time.monotonic()
+        # Added to what another thread leased meanwhile (its tokens are taken from the bucket too).
+        _leases[user_id] = ((left if until >= now else 0) + tokens, now + _LEASE_SECONDS)
 
 
 def _gcra() -> Any:
@@ -136,15 +194,17 @@ def _gcra() -> Any:
 
 
 def reset() -> None:
-    """Forget the client and any backoff (a setting changed; tests)."""
+    """Forget the client, any backoff and the leased tokens (a setting changed; tests)."""
     global _script, _skip_until
     with _lock:
         _script = None
         _skip_until = 0.0
+        _leases.clear()
 
 
 def _on_setting_changed(*, setting: str, **_kwargs: Any) -> None:
-    if setting in ("REDIS_URL", "RATE_LIMIT_TIMEOUT_SECONDS", "RATE_LIMIT_BACKOFF_SECONDS", "RATE_LIMITS_ENABLED"):
+    if setting in ("REDIS_URL", "RATE_LIMIT_TIMEOUT_SECONDS", "RATE_LIMIT_BACKOFF_SECONDS", "RATE_LIMITS_ENABLED",
+                   "RATE_LIMIT_LEASE") or setting.startswith("RATE_LIMIT_REQUESTS_"):
         reset()
 
 

@@ -466,6 +466,10 @@ RATE_LIMIT_TIMEOUT_SECONDS = float(env_str("RATE_LIMIT_TIMEOUT_SECONDS", "0.05")
 # ... and after a failure this process stops asking Valkey for this long (requests pass unlimited meanwhile).
 RATE_LIMIT_BACKOFF_SECONDS = float(env_str("RATE_LIMIT_BACKOFF_SECONDS", "5"))
 RATE_LIMIT_REDIS_PREFIX = env_str("RATE_LIMIT_REDIS_PREFIX", "rl:")
+# A request may take up to this many `requests` tokens at once (never more than a twentieth of the burst, and only
+# while the bucket holds twice that) and keep the rest in its process for a second: most requests then skip Valkey.
+# 1 = every request asks Valkey.
+RATE_LIMIT_LEASE = env_int("RATE_LIMIT_LEASE", 10)
 # Quotas on stored totals, enforced by PostgreSQL in the write's transaction.
 QUOTA_MEMORIES = env_int("QUOTA_MEMORIES", _limits.QUOTAS["memories"].default)
 QUOTA_MEMORY_BYTES = env_int("QUOTA_MEMORY_BYTES", _limits.QUOTAS["memory_bytes"].default)

@@ -182,3 +182,23 @@ def test_the_admin_page_sets_a_users_rate(client_for, fresh_user, settings, oper
     assert page.status_code == 200 and b"Stored now" in page.content
     client = client_for(user)
     assert [client.get("/v1/me").status_code for _ in range(5)] == [200] * 4 + [429]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_rate_is_shared_by_every_web_process(http, fresh_user) -> None:
+    """The live server's two worker processes, 40 clients at once: together they never admit more than the user's
+    bucket holds (tokens leased ahead by one process are taken from the shared bucket, never given twice), and
+    tokens one process leased but had no use for cost the others at most a few."""
+    from tests.concurrency import run_concurrently
+
+    user = fresh_user("shared")
+    services.set_limits(user, {"requests_per_minute": 1, "requests_burst": 100})
+    lease = min(10, 100 // 20)
+
+    def burst(client) -> list[int]:
+        return [client.get("/v1/me").status_code for _ in range(5)]
+
+    results = run_concurrently([lambda c=http(user): burst(c) for _ in range(40)])
+    codes = [code for result in results for code in result]
+    assert set(codes) <= {200, 429}
+    assert 100 - 2 * (lease - 1) <= codes.count(200) <= 100, codes.count(200)
