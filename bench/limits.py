@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence

@@ -198,7 +198,8 @@ def test_the_rate_is_shared_by_every_web_process(http, fresh_user) -> None:
     def burst(client) -> list[int]:
         return [client.get("/v1/me").status_code for _ in range(5)]
 
-    results = run_concurrently([lambda c=http(user): burst(c) for _ in range(40)])
+    clients = [http(user) for _ in range(40)]
+    results = run_concurrently([lambda c=c: burst(c) for c in clients])
     codes = [code for result in results for code in result]
     assert set(codes) <= {200, 429}
     assert 100 - 2 * (lease - 1) <= codes.count(200) <= 100, codes.count(200)
