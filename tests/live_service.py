@@ -100,14 +100,15 @@ def database_url(settings_dict: Mapping) -> str:
 
 
 def raised_rate_limits() -> dict[str, str]:
-    """The test settings' rates (far above what the suite sends) for a live server: tests of the limits pass the
-    real ones in ``extra_env``."""
+    """The test settings' rates (far above what the suite sends) and rate-check timeout for a live server: tests
+    of the limits pass the real ones in ``extra_env``."""
     from apps.limits.definitions import RATES
 
     env = {}
     for rate in RATES.values():
         env[rate.per_minute_setting] = str(settings.TEST_RATE_LIMIT_PER_MINUTE)
         env[rate.burst_setting] = str(settings.TEST_RATE_LIMIT_BURST)
+    env["RATE_LIMIT_TIMEOUT_SECONDS"] = str(settings.RATE_LIMIT_TIMEOUT_SECONDS)
     return env
 
 
