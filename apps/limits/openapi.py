@@ -39,7 +39,9 @@ def postprocess_schema(result: dict[str, Any], generator: Any, request: Any, pub
             if method not in _METHODS:
                 continue
             responses = operation.setdefault("responses", {})
-            if any(operation.get("security", default_security) or []):
+            # The event stream is not a REST request: its connections are bounded per user instead
+            # (SSE_MAX_CONNECTIONS_PER_USER).
+            if any(operation.get("security", default_security) or []) and path != "/v1/events":
                 responses.setdefault("429", RATE_LIMITED)
             quotas = QUOTA_OPERATIONS.get((method, path))
             if quotas:
