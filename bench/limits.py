@@ -8,7 +8,8 @@
 * floor, quota charge: the PUT's statements (apps.memories.services.PUT_STATEMENTS, one pipelined round trip)
   through psycopg alone, charged to bob (the row upsert that moves his totals) vs charged to no one (the
   function call returns at once), alternating rounds.
-* in-process: the limiter's own call (apps.limits.rates.check_kinds: settings, the override cache, one EVALSHA).
+* in-process: the limiter's own call (apps.limits.rates.check_kinds), with its leases and without (one EVALSHA
+  round trip to Valkey per call).
 
 PUT (update) replaces one of 64 memories with a value of another size each time, so every one moves bob's
 memory_bytes total (a same-size replacement would move nothing and take no lock); PUT (add) writes a new key
@@ -133,13 +134,23 @@ def floor_rounds(args: argparse.Namespace, database_url: str, out: Latencies) ->
                 out.add("floor PUT (update)", side, concurrency, result)
 
 
-def in_process_check(calls: int) -> list[float]:
+def in_process_check(calls: int) -> dict[str, list[float]]:
+    """The limiter's own call, as configured (most calls take a leased token) and with leases off (each call one
+    EVALSHA round trip to Valkey)."""
+    from django.conf import settings
+
     from apps.limits import rates
 
-    return h.time_calls(lambda: rates.check_kinds(f"bench-{os.getpid()}", ("requests",)), calls=calls, max_seconds=20)
+    samples = {}
+    for label, lease in (("leases on", settings.RATE_LIMIT_LEASE), ("leases off", 1)):
+        settings.RATE_LIMIT_LEASE = lease
+        rates.reset()
+        user = f"bench-{os.getpid()}-{lease}"
+        samples[label] = h.time_calls(lambda u=user: rates.check_kinds(u, ("requests",)), calls=calls, max_seconds=20)
+    return samples
 
 
-def report(info: dict[str, Any], out: Latencies, args: argparse.Namespace, check: list[float]) -> str:
+def report(info: dict[str, Any], out: Latencies, args: argparse.Namespace, check: dict[str, list[float]]) -> str:
     lines = [f"# Limits benchmark ({info['date']})", ""]
     lines.append(h.markdown_table(["", ""], [[k, v] for k, v in info.items() if k != "date"], align="ll"))
     lines += ["", f"Command: `{h.command_line()}`", ""]
@@ -166,10 +177,13 @@ def report(info: dict[str, Any], out: Latencies, args: argparse.Namespace, check
     lines.append(h.markdown_table(
         ["concurrency", "n", "charged to no one p50 / p95 / p99 ms", "charged to bob p50 / p95 / p99 ms",
          "p50 difference ms"], rows, align="rrrrr"))
-    ordered = sorted(check)
-    lines += ["", f"The limiter's call in-process (one EVALSHA to Valkey, settings and override cache): "
-                  f"p50 {h.percentile(ordered, 50) * 1000:.3f} ms, p99 {h.percentile(ordered, 99) * 1000:.3f} ms "
-                  f"over {len(ordered)} calls.", ""]
+    lines += ["", "The limiter's call in-process (apps.limits.rates.check_kinds: settings, the override cache, a leased "
+                  "token or one EVALSHA to Valkey):", ""]
+    lines.append(h.markdown_table(
+        ["", "calls", "p50 ms", "p99 ms"],
+        [[label, len(values), h.fmt(h.percentile(sorted(values), 50) * 1000, 3),
+          h.fmt(h.percentile(sorted(values), 99) * 1000, 3)] for label, values in check.items()], align="lrrr"))
+    lines.append("")
     goal = [(op, out.merged(op, "on", 1).ms(50) - out.merged(op, "off", 1).ms(50)) for op in ("GET", "PUT (update)")
             if 1 in args.concurrency]
     if goal:
