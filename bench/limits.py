@@ -1,7 +1,8 @@
 """The fixed cost of the limits (issue 28) on a memory GET and PUT, next to today's figure, in one run.
 
 * HTTP, limiter off vs on: two web servers (as the Procfile starts them) on one private database, the same
-  requests to each in alternating rounds (off-on, on-off, ...) so both see the same machine. "off" runs with
+  requests to each, at concurrency 1 call by call (off, on, on, off, ...), at higher concurrency in alternating
+  rounds, so both see the same machine. "off" runs with
   RATE_LIMITS_ENABLED=false: no Valkey round trip, what a request cost before the limiter. "on" checks the caller's
   bucket in Valkey on every request (its limits out of reach, so nothing is refused). Both charge the quotas:
   that part is in the PUT's own SQL statement, measured below.
@@ -47,6 +48,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, help=f"requests per operation, server and round (default {FULL['requests']})")
     parser.add_argument("--floor-requests", type=int, help=f"floor PUTs per side and round (default {FULL['floor_requests']})")
     parser.add_argument("--max-seconds", type=float, default=30.0, help="time cap per measured run (default 30)")
+    parser.add_argument("--control", action="store_true",
+                        help="A/A control: the 'on' server runs with the limiter off too (the two servers' own difference)")
     parser.add_argument("--quick", action="store_true", help="smoke run")
     args = parser.parse_args(argv)
     for name, value in (QUICK if args.quick else FULL).items():
@@ -90,6 +93,16 @@ def http_rounds(args: argparse.Namespace, servers: dict[str, Any], tokens: dict[
         order = ("off", "on") if round_index % 2 == 0 else ("on", "off")
         for operation, call in operations.items():
             for concurrency in args.concurrency:
+                if concurrency == 1:
+                    sessions = {side: h.HttpWorker(servers[side].base_url,
+                                                   {"Authorization": f"Bearer {tokens[side]}"}, call)
+                                for side in order}
+                    results = paired(operation, sessions, args.requests)
+                    for side, result in results.items():
+                        out.add(operation, side, 1, result)
+                    h.log(f"round {round_index + 1} {operation:<13} c1   " + "  ".join(
+                        f"limiter {side} p50={result.ms(50):6.3f} ms" for side, result in results.items()))
+                    continue
                 for side in order:
                     server, headers = servers[side], {"Authorization": f"Bearer {tokens[side]}"}
                     result = h.run_load(
@@ -100,6 +113,26 @@ def http_rounds(args: argparse.Namespace, servers: dict[str, Any], tokens: dict[
                     out.add(operation, side, concurrency, result)
                     h.log(f"round {round_index + 1} {operation:<13} c{concurrency:<3} limiter {side:<3} "
                           f"p50={result.ms(50):6.3f} ms p99={result.ms(99):6.3f} ms")
+
+
+def paired(label: str, workers: dict[str, Any], requests: int) -> dict[str, h.RunResult]:
+    """At concurrency 1, the two sides call by call (a, b, b, a, a, b, ...): whatever the machine does meanwhile
+    (other processes on a shared host) falls on both alike."""
+    sides = list(workers)
+    latencies: dict[str, list[float]] = {side: [] for side in sides}
+    started = time.perf_counter()
+    try:
+        for i in range(requests):
+            for side in (sides if i % 2 == 0 else sides[::-1]):
+                begin = time.perf_counter()
+                workers[side].call(i)
+                latencies[side].append(time.perf_counter() - begin)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    wall = time.perf_counter() - started
+    return {side: h.RunResult(f"{label} {side}", 1, requests, values, 0, [], wall / 2, {}, False)
+            for side, values in latencies.items()}
 
 
 def floor_rounds(args: argparse.Namespace, database_url: str, out: Latencies) -> None:
@@ -128,6 +161,12 @@ def floor_rounds(args: argparse.Namespace, database_url: str, out: Latencies) ->
     for round_index in range(args.rounds):
         order = ("uncharged", "charged") if round_index % 2 == 0 else ("charged", "uncharged")
         for concurrency in args.concurrency:
+            if concurrency == 1:
+                results = paired("floor PUT", {side: h.PgWorker(database_url, sides[side]) for side in order},
+                                 args.floor_requests)
+                for side, result in results.items():
+                    out.add("floor PUT (update)", side, 1, result)
+                continue
             for side in order:
                 result = h.run_load(f"floor PUT {side}", lambda _i, call=sides[side]: h.PgWorker(database_url, call),
                                     concurrency=concurrency, requests=args.floor_requests, max_seconds=args.max_seconds)
@@ -205,8 +244,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         with h.web_server(database_url, workers=args.web_workers, log_path=h.RESULTS_DIR / "limits-off-server.log",
                           extra_env={"RATE_LIMITS_ENABLED": "false"}) as off, \
-             h.web_server(database_url, workers=args.web_workers,
-                          log_path=h.RESULTS_DIR / "limits-on-server.log") as on:
+             h.web_server(database_url, workers=args.web_workers, log_path=h.RESULTS_DIR / "limits-on-server.log",
+                          extra_env={"RATE_LIMITS_ENABLED": "false"} if args.control else None) as on:
             servers = {"off": off, "on": on}
             tokens = {side: h.mint_token(server.base_url, USER, PASSWORD) for side, server in servers.items()}
             seed = h.HttpSession(off.host, off.port, {"Authorization": f"Bearer {tokens['off']}"})
@@ -219,7 +258,8 @@ def main(argv: Sequence[str]) -> int:
                     s.base_url, hd, lambda sess, i: sess.request("GET", "/v1/me")),
                     concurrency=4, requests=200, max_seconds=30)
             info = h.machine_info(database_url, web_workers=args.web_workers, rounds=args.rounds,
-                                  requests_per_round=args.requests)
+                                  requests_per_round=args.requests,
+                                  control="A/A: both servers run with the limiter off" if args.control else "no")
             http_rounds(args, servers, tokens, out)
             floor_rounds(args, database_url, out)
             check = in_process_check(2000)
