@@ -7,7 +7,6 @@ happens in Python, so the database only ever sees ciphertext.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import uuid
@@ -244,10 +243,11 @@ def put_memory(
         "event_id": event_id,
         "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
     }
-    # Inside a caller's transaction, in a savepoint of its own: a refusal then undoes this write only.
+    # A refusal fails the statement and so the write. Inside a caller's atomic() (no savepoint of its own: that
+    # would be two more round trips on every write) it leaves the caller's transaction failed, as any database error
+    # does there: the caller lets the 403 out of its block, which rolls back.
     try:
-        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-            rows = run_pipelined(PUT_STATEMENTS, params)
+        rows = run_pipelined(PUT_STATEMENTS, params)
     except DatabaseError as exc:
         limits.raise_if_refused(exc)  # 403 quota_exceeded
         raise

@@ -40,6 +40,7 @@ def get(client, user: str, key: str):
 # --- Memories ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.django_db(transaction=True)  # the PUT outside any transaction, as in production
 def test_memories_count_refuses_the_new_memory_past_the_limit(client_for, fresh_user) -> None:
     user = fresh_user("mem")
     services.set_limits(user, {"memories": 3})
@@ -62,6 +63,7 @@ def delete_path(user: str, key: str) -> str:
     return f"/v1/memories?ns=user&ns={user}&ns=q&key={key}"
 
 
+@pytest.mark.django_db(transaction=True)  # the PUT outside any transaction, as in production
 def test_memory_bytes_count_the_stored_values_and_follow_replacements(client_for, fresh_user) -> None:
     user = fresh_user("bytes")
     client = client_for(user)
