@@ -109,8 +109,24 @@ def recreate_database(server_url: str, dbname: str) -> str:
     return with_database(server_url, dbname)
 
 
+def unmet_limits_env() -> dict[str, str]:
+    """Every rate and quota of apps.limits far above what a benchmark sends or stores: the limiter and the quota
+    checks run on every request as in production (their cost is measured), but never refuse one. A benchmark that
+    wants the real limits passes them in ``extra``."""
+    from apps.limits.definitions import QUOTAS, RATES
+
+    env = {}
+    for rate in RATES.values():
+        env[rate.per_minute_setting] = "6000000"
+        env[rate.burst_setting] = "1000000"
+    for quota in QUOTAS.values():
+        env[quota.setting] = str(10**15)
+    return env
+
+
 def server_env(database_url: str, **extra: str) -> dict[str, str]:
-    """Environment for manage.py / gunicorn against the bench database: production-like logging and DEBUG off."""
+    """Environment for manage.py / gunicorn against the bench database: production-like logging and DEBUG off, the
+    limits out of reach (unmet_limits_env)."""
     env = os.environ.copy()
     env.update(
         {
@@ -120,6 +136,7 @@ def server_env(database_url: str, **extra: str) -> dict[str, str]:
             "LOG_LEVEL": "WARNING",
             # gunicorn/celery are resolved from PATH by the Procfile; use this interpreter's virtualenv.
             "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),
+            **unmet_limits_env(),
         }
     )
     env.update(extra)
@@ -178,7 +195,7 @@ def setup_django(database_url: str, **extra_env: str) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ.update(extra_env)
+    os.environ.update({**unmet_limits_env(), **extra_env})
     import django
 
     django.setup()

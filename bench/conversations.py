@@ -61,6 +61,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--long-entries", type=int, help=f"entries of each of bob's {LONG_CONVERSATIONS} long conversations")
     parser.add_argument("--max-seconds", type=float, help=f"time cap per measured run (default {FULL['max_seconds']:.0f})")
     parser.add_argument("--seed", type=int, default=1, help="data generator seed")
+    parser.add_argument("--members", default="1,100,2000",
+                        help="member counts of the 'append, N members' runs (default 1,100,2000: issue 28 item 3)")
+    parser.add_argument("--only", help="comma-separated operations to run (e.g. 'append, N members'); default all")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1k conversations, 20k entries")
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else FULL
@@ -68,6 +71,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     args.concurrency = [int(value) for value in str(args.concurrency).split(",")]
+    args.members = [int(value) for value in str(args.members).split(",") if value]
+    args.only = {value.strip() for value in args.only.split(",")} if args.only else None
     args.requests = [int(value) for value in str(args.requests).split(",")]
     if len(args.requests) == 1:
         args.requests *= len(args.concurrency)
@@ -87,6 +92,7 @@ class Data:
     owned: list[str]  # bob's conversations (roots), the write targets
     long: list[str]  # bob's conversations with many entries, the entries-page targets
     member_of: list[str]  # conversations bob is a member of but does not own, the get targets
+    crowds: dict[int, str] = field(default_factory=dict)  # member count -> a conversation of bob's with that many
 
 
 def load(args: argparse.Namespace, database_url: str) -> Data:
@@ -148,11 +154,30 @@ def load(args: argparse.Namespace, database_url: str) -> Data:
                     written += 1
                 if index % 1000 == 999:
                     h.log(f"  {written} entries ({index + 1} conversations)")
+    crowds = load_crowds(args, database_url, now)
     with h.floor_connection(database_url) as conn:
         conn.execute("ANALYZE")
     h.log(f"loaded {args.conversations} conversations, {written} entries, {len(users)} users in "
           f"{time.monotonic() - started:.1f}s; bob owns {len(owned)} and is a member of {len(member_of)} more")
-    return Data(users, owned, long, member_of)
+    return Data(users, owned, long, member_of, crowds)
+
+
+def load_crowds(args: argparse.Namespace, database_url: str, now: datetime) -> dict[int, str]:
+    """For each --members count N, a conversation of bob's with N members (bob and N - 1 readers: invented user
+    ids, as issue 28 item 3 added them; copied in past the members quota) and one entry."""
+    crowds: dict[int, str] = {}
+    with h.floor_connection(database_url) as conn, conn.transaction(), conn.cursor() as cur:
+        for members in args.members:
+            cid = str(uuid.uuid4())
+            cur.execute("INSERT INTO conversations (id, root_id, owner_user_id, title, metadata, created_at, updated_at) "
+                        "VALUES (%s, %s, %s, 'crowd', '{}', %s, %s)", (cid, cid, USER, now, now))
+            with cur.copy("COPY conversation_memberships (id, root_id, user_id, access_level, created_at) "
+                          "FROM STDIN") as copy:
+                copy.write_row((str(uuid.uuid4()), cid, USER, "owner", now))
+                for index in range(1, members):
+                    copy.write_row((str(uuid.uuid4()), cid, f"invented-{members}-{index}", "reader", now))
+            crowds[members] = cid
+    return crowds
 
 
 # --- The floor: the service's own statements, captured and replayed -------------------------------------------------
@@ -230,6 +255,8 @@ class Bench:
     def run(self, label: str, statements: int, http_call: Callable[[h.HttpSession, int], None],
             floor_call: Callable[[Any, int], None]) -> None:
         """HTTP then floor, back to back at every concurrency; any failed call stops the benchmark."""
+        if self.args.only is not None and label not in self.args.only and label.split(",")[0] not in self.args.only:
+            return
         for concurrency, requests in zip(self.args.concurrency, self.args.requests, strict=True):
             results = []
             for kind, call in (("HTTP", http_call), ("floor", floor_call)):
@@ -307,6 +334,18 @@ def measure(bench: Bench, data: Data, principal: Any) -> None:
               lambda s, i: s.request("POST", f"/v1/conversations/{owned[i % len(owned[:TARGETS])]}/entries",
                                      append_body),
               lambda c, i: captured[i % len(captured)].replay(c, i))
+
+    # Append to a conversation of 1, 100 (the default members quota) and 2,000 members (issue 28 item 3): the event
+    # goes to every member's stream, so this is what an append's cost does with the member count.
+    for members, conversation in data.crowds.items():
+        template, _ = capture(
+            lambda c=conversation: services.append_entry(
+                principal, uuid.UUID(c), {"channel": "history", "contentType": "history",
+                                          "content": [{"role": "USER", "text": text}]}),
+            transaction=True, keep=[conversation])
+        bench.run(f"append, {members} members", len(template.statements),
+                  lambda s, i, c=conversation: s.request("POST", f"/v1/conversations/{c}/entries", append_body),
+                  lambda c, i, t=template: t.replay(c, i))
 
     # Add a membership (a new reader each time) to one of bob's conversations.
     run_tag = uuid.uuid4().hex[:8]

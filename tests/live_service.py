@@ -99,6 +99,19 @@ def database_url(settings_dict: Mapping) -> str:
     return f"postgresql://{credentials}{host}{':' + str(port) if port else ''}/{name}"
 
 
+def raised_rate_limits() -> dict[str, str]:
+    """The test settings' rates (far above what the suite sends) and rate-check timeout for a live server: tests
+    of the limits pass the real ones in ``extra_env``."""
+    from apps.limits.definitions import RATES
+
+    env = {}
+    for rate in RATES.values():
+        env[rate.per_minute_setting] = str(settings.TEST_RATE_LIMIT_PER_MINUTE)
+        env[rate.burst_setting] = str(settings.TEST_RATE_LIMIT_BURST)
+    env["RATE_LIMIT_TIMEOUT_SECONDS"] = str(settings.RATE_LIMIT_TIMEOUT_SECONDS)
+    return env
+
+
 class LiveService:
     """``start()`` → ``base_url``; ``request()`` and ``token(user)``; ``stop()``; ``log_tail()`` for failures.
 
@@ -162,6 +175,7 @@ class LiveService:
             "EMBEDDING_PROVIDER": "hash",  # no torch in the server: semantic search still runs end to end
             "LOG_LEVEL": "WARNING",
             "WSGI_THREADS": "4",
+            **raised_rate_limits(),
             **(extra_env or {}),
         }
         self.process: subprocess.Popen | None = None

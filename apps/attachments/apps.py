@@ -17,3 +17,10 @@ class AttachmentsConfig(AppConfig):
         )
         # rotate_encryption_key re-seals the blobs too (D4), through core's registry.
         crypto.register_blob_rotator(services.blob_rotator)
+
+        from apps.attachments import selectors
+        from apps.limits import services as limits
+
+        limits.register_counter(
+            limits.Counter(("attachments", "attachment_bytes"), selectors.quota_usage, selectors.quota_users)
+        )

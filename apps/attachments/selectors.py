@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
@@ -95,3 +95,17 @@ def admin_list(*, user_id: str | None, cursor: str | None, limit: int) -> dict[s
         pagination.ModelKeyset(queryset, "created_at", descending=True), tag=ADMIN_CURSOR, cursor=cursor, limit=limit
     )
     return pagination.envelope([admin_attachment_response(item) for item in page.items], page.next_cursor)
+
+
+# --- Quota totals (apps.limits recounts them: `manage.py limits recount`) -----------------------------------------
+
+
+def quota_usage(user_id: str) -> dict[str, int]:
+    """What counts against ``user_id``'s attachment quotas: their uploads (finished or under way) and the size of
+    the finished ones."""
+    totals = Attachment.objects.filter(user_id=user_id).aggregate(count=Count("id"), size=Sum("size"))
+    return {"attachments": totals["count"], "attachment_bytes": totals["size"] or 0}
+
+
+def quota_users() -> list[str]:
+    return list(Attachment.objects.values_list("user_id", flat=True).distinct())

@@ -21,6 +21,7 @@ from apps.attachments import storage
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
 from apps.core import audit, crypto, errors
 from apps.identity.principal import Principal
+from apps.limits import services as limits
 
 logger = logging.getLogger(__name__)
 
@@ -40,30 +41,39 @@ class Upload:
         self.encrypted = bool(settings.ATTACHMENT_ENCRYPTION)
         self._committed = False
         self._closed = False
+        self.user_id = principal.user_id
         now = timezone.now()
-        # The row first: from now on the expiry sweep knows a blob of this name may exist.
-        Attachment.objects.create(
-            id=self.id,
-            user_id=principal.user_id,
-            filename=filename,
-            content_type=content_type,
-            storage_name=self.name,
-            encrypted=self.encrypted,
-            status=AttachmentStatus.UPLOADING,
-            created_at=now,
-            expires_at=now + timedelta(seconds=settings.ATTACHMENT_UPLOAD_TIMEOUT_SECONDS),
-        )
+        # The row first: from now on the expiry sweep knows a blob of this name may exist. It counts against the
+        # uploader's attachments quota from now on; its bytes once complete (complete()), but an upload stops as
+        # soon as it would not fit in what was left of the bytes quota when it began.
+        with transaction.atomic():
+            Attachment.objects.create(
+                id=self.id,
+                user_id=principal.user_id,
+                filename=filename,
+                content_type=content_type,
+                storage_name=self.name,
+                encrypted=self.encrypted,
+                status=AttachmentStatus.UPLOADING,
+                created_at=now,
+                expires_at=now + timedelta(seconds=settings.ATTACHMENT_UPLOAD_TIMEOUT_SECONDS),
+            )
+            limits.charge(principal.user_id, attachments=1)
+        self.bytes_used = limits.usage(principal.user_id)["attachment_bytes"]
+        self.bytes_limit = limits.limits_for(principal.user_id, ["attachment_bytes"])[0]
         try:
             self._writer = storage.open_writer(self.name)
             self._sealer = crypto.StreamSealer(purpose=BLOB_PURPOSE, row_id=str(self.id)) if self.encrypted else None
         except BaseException:
-            Attachment.objects.filter(id=self.id).delete()
+            self._remove_row()
             raise
 
     def write(self, data: bytes) -> None:
         self.size += len(data)
         if self.size > self.max_bytes:
             raise errors.payload_too_large(f"The file exceeds the upload limit of {self.max_bytes} bytes.")
+        if self.bytes_used + self.size > self.bytes_limit:
+            raise limits.refusal("attachment_bytes", self.bytes_limit, self.bytes_used)
         self.digest.update(data)
         if self._sealer is None:
             self._writer.write(data)
@@ -88,17 +98,27 @@ class Upload:
             if self._committed:
                 storage.delete(self.name)
         finally:
-            Attachment.objects.filter(id=self.id, status=AttachmentStatus.UPLOADING).delete()
+            self._remove_row()
+
+    def _remove_row(self) -> None:
+        with transaction.atomic():
+            deleted, _ = Attachment.objects.filter(id=self.id, status=AttachmentStatus.UPLOADING).delete()
+            limits.credit([(self.user_id, "attachments", deleted)])
 
     def complete(self, expires_in: int) -> Attachment:
         """Mark the stored file ready; it expires ``expires_in`` seconds from now unless an entry references it."""
         now = timezone.now()
-        updated = Attachment.objects.filter(id=self.id, status=AttachmentStatus.UPLOADING).update(
-            status=AttachmentStatus.READY,
-            size=self.size,
-            sha256=self.digest.hexdigest(),
-            expires_at=now + timedelta(seconds=expires_in),
-        )
+        with transaction.atomic():
+            updated = Attachment.objects.filter(id=self.id, status=AttachmentStatus.UPLOADING).update(
+                status=AttachmentStatus.READY,
+                size=self.size,
+                sha256=self.digest.hexdigest(),
+                expires_at=now + timedelta(seconds=expires_in),
+            )
+            if updated:
+                # The bytes quota, exact: concurrent uploads that each fit in what was left when they began are
+                # serialised here, and the one that no longer fits is refused (the caller aborts it).
+                limits.charge(self.user_id, attachment_bytes=self.size)
         if not updated:
             # The sweep removed the row of an upload that outlived ATTACHMENT_UPLOAD_TIMEOUT_SECONDS.
             storage.delete(self.name)
@@ -142,6 +162,7 @@ def delete_attachment(principal: Principal, attachment_id: uuid.UUID) -> None:
             # The admin role used on someone else's file: an admin call (D5), recorded in this transaction.
             audit.record(principal, "admin.attachments.delete", target_id=str(attachment.id))
         attachment.delete()  # links cascade
+        limits.credit([(attachment.user_id, "attachments", 1), (attachment.user_id, "attachment_bytes", attachment.size)])
         _remove_blob_after_commit(attachment.storage_name, attachment_id=attachment.id)
 
 
@@ -206,11 +227,15 @@ def remove_expired(batch_size: int | None = None) -> int:
                     " SELECT a.id FROM attachments a WHERE a.expires_at <= clock_timestamp()"
                     " AND NOT EXISTS (SELECT 1 FROM attachment_links l WHERE l.attachment_id = a.id)"
                     " ORDER BY a.expires_at LIMIT %s FOR UPDATE SKIP LOCKED"
-                    ") RETURNING id, storage_name, status",
+                    ") RETURNING id, storage_name, status, user_id, size",
                     [batch_size],
                 )
                 rows = cursor.fetchall()
-            for attachment_id, name, status in rows:
+            limits.credit(
+                [(user, quota, amount) for _id, _name, _status, user, size in rows
+                 for quota, amount in (("attachments", 1), ("attachment_bytes", size))]
+            )
+            for attachment_id, name, status, _user, _size in rows:
                 # An abandoned upload may never have stored a byte; a ready row always had its blob.
                 _remove_blob_after_commit(name, attachment_id=attachment_id, expect_blob=status == AttachmentStatus.READY)
         removed += len(rows)

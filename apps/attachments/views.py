@@ -197,6 +197,7 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
 
 class AttachmentsView(APIView):
     parser_classes = [MultiPartParser]
+    rate_kinds = {"post": "uploads"}  # apps.limits.throttling
 
     @extend_schema(
         tags=["attachments"],

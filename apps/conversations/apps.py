@@ -23,4 +23,12 @@ class ConversationsConfig(AppConfig):
         # /readyz shows the conversation indexer's backlog ("conversation_indexer") beside the memory indexer's.
         indexing.register(INDEXER)
 
-        from apps.conversations import openapi  # noqa: F401  (registers its schema extension)
+        from apps.conversations import (
+            openapi,  # noqa: F401  (registers its schema extension)
+            selectors,
+        )
+        from apps.limits import services as limits
+
+        limits.register_counter(
+            limits.Counter(("conversations", "entry_bytes"), selectors.quota_usage, selectors.quota_users)
+        )

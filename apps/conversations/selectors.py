@@ -399,3 +399,30 @@ def history_entry_visible(vis: Visibility, entry_id: UUID) -> bool:
             [entry_id, *params],
         )
         return db.fetchone() is not None
+
+
+# --- Quota totals (apps.limits recounts them: `manage.py limits recount`) -----------------------------------------
+
+
+def quota_usage(user_id: str) -> dict[str, int]:
+    """What counts against ``user_id``'s conversation quotas: the live conversations they own (forks included) and
+    the stored size of the entries they wrote in live conversations."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM conversations WHERE owner_user_id = %s AND deleted_at IS NULL), "
+            "(SELECT coalesce(sum(octet_length(e.content)), 0) FROM conversation_entries e "
+            "JOIN conversations c ON c.id = e.conversation_id WHERE e.user_id = %s AND c.deleted_at IS NULL)",
+            [user_id, user_id],
+        )
+        conversations, entry_bytes = cursor.fetchone()
+    return {"conversations": conversations, "entry_bytes": entry_bytes}
+
+
+def quota_users() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT owner_user_id FROM conversations WHERE deleted_at IS NULL UNION "
+            "SELECT DISTINCT e.user_id FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id "
+            "WHERE c.deleted_at IS NULL"
+        )
+        return [user for (user,) in cursor.fetchall()]

@@ -29,6 +29,7 @@ from apps.conversations.models import Channel, Conversation, Entry
 from apps.core import crypto, errors, signals
 from apps.events.publisher import publish
 from apps.identity.principal import Principal
+from apps.limits import services as limits
 from apps.retrieval import indexing
 from apps.sharing import access
 from apps.sharing.access import AccessLevel, at_least
@@ -43,6 +44,7 @@ def create_conversation(
     principal: Principal, *, conversation_id: UUID | None, title: str | None, metadata: dict | None
 ) -> dict:
     conversation_id = conversation_id or uuid.uuid4()
+    limits.check_class(principal, "creates")
     now = timezone.now()
     with transaction.atomic():
         inserted = _insert_conversation(
@@ -55,6 +57,7 @@ def create_conversation(
         )
         if not inserted:
             raise errors.conflict("A conversation with this id already exists.")
+        limits.charge(principal.user_id, conversations=1)
         access.grant_owner(str(conversation_id), principal.user_id, now)
         _publish_created(conversation_id, principal.user_id)
     row = selectors.ConversationRow(
@@ -181,7 +184,7 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
         tree = access.lock_tree(principal.user_id, str(conversation_id))
         if tree is None:
             raise errors.not_found("Conversation not found.")
-        root_id, level, _owner = tree
+        root_id, level, owner = tree
         if not at_least(level, AccessLevel.OWNER):
             raise errors.forbidden("Only an owner may delete the conversation.")
         whole_tree = root_id == conversation_id
@@ -211,6 +214,16 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
             cursor.execute("UPDATE conversations SET deleted_at = clock_timestamp() WHERE id = ANY(%s)", [ids])
             # Out of search at once: semantic search reads vectors without joining conversations.
             cursor.execute("DELETE FROM conversation_entry_vectors WHERE conversation_id = ANY(%s)", [ids])
+            # Out of their owner's and their writers' quotas (apps.limits), though kept for the admin views.
+            cursor.execute(
+                "SELECT user_id, sum(octet_length(content)) FROM conversation_entries WHERE conversation_id = ANY(%s) "
+                "GROUP BY user_id",
+                [ids],
+            )
+            written = cursor.fetchall()
+        limits.credit(
+            [(owner, "conversations", len(ids)), *((user_id, "entry_bytes", size) for user_id, size in written)]
+        )
 
 
 # --- Entries ----------------------------------------------------------------------------------------------------
@@ -288,6 +301,8 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
         if data.get("indexedContent") is not None or (channel == Channel.HISTORY and settings.CONVERSATION_AUTO_INDEX):
             # One indexer task per burst of appends (Indexer.request_run), after commit.
             transaction.on_commit(INDEXER.request_run_quietly)
+        # Last: the writer's quota row stays locked until commit, and the writer's other appends wait for it.
+        limits.charge(principal.user_id, entry_bytes=len(sealed))
     return selectors.entry_response(
         entry_id=entry_id,
         conversation_id=conversation_id,
@@ -302,12 +317,15 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
 def _create_for_append(
     principal: Principal, conversation_id: UUID, title: str, fork: tuple[UUID, UUID] | None
 ) -> None:
+    # Creating is its own, tighter rate (the request's own token was taken by the REST hook).
+    limits.check_class(principal, "creates")
     now = timezone.now()
     title = title.replace("\x00", "")
     if fork is None:
         if _insert_conversation(
             conversation_id, root_id=conversation_id, owner_user_id=principal.user_id, title=title, metadata={}, now=now
         ):
+            limits.charge(principal.user_id, conversations=1)
             access.grant_owner(str(conversation_id), principal.user_id, now)
             _publish_created(conversation_id, principal.user_id)
         return
@@ -335,6 +353,8 @@ def _create_for_append(
         forked_at_conversation_id=parent_id,
         forked_at_entry_id=entry_id,
     ):
+        # A fork is its tree's, owned by the tree's owner: it counts against that owner's quota.
+        limits.charge(owner_user_id, conversations=1)
         _publish_created(conversation_id, None)
 
 

@@ -32,6 +32,8 @@ ID_SEGMENT = r"(?!search$|unindexed$|index$)[^/]+"
 
 
 class ConversationViewSet(RoleChecked, viewsets.ViewSet):
+    # apps.limits.throttling; creating takes its "creates" token in the services (an append may create).
+    rate_kinds = {"search": "searches"}
     lookup_field = "conversationId"
     lookup_value_regex = ID_SEGMENT
 
@@ -225,6 +227,7 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
     """Auditor or admin role (403 for others); every call is audit-logged before it answers."""
 
     permission_classes = [IsAuditor]
+    rate_kinds = {"search": "searches"}  # apps.limits.throttling
     lookup_field = "conversationId"
     lookup_value_regex = ID_SEGMENT
 

@@ -56,6 +56,15 @@ UNDECRYPTABLE_VALUES = Counter(
     ["purpose", "key_id"],
 )
 SSE_PUBLISH_FAILURES = Counter("sse_publish_failures_total", "Committed events that could not be sent to Redis.")
+# Rates and quotas (apps.limits): refusals by kind, and the rate checks that let a request through unlimited because
+# Valkey did not answer in time (fail open).
+RATE_LIMITED = Counter("rate_limited_total", "Requests refused with 429 rate_limited, by rate kind.", ["kind"])
+RATE_LIMIT_UNAVAILABLE = Counter(
+    "rate_limit_unavailable_total",
+    "Rate checks Valkey did not answer (down, frozen, slow); the process then lets requests through unlimited for "
+    "RATE_LIMIT_BACKOFF_SECONDS.",
+)
+QUOTA_EXCEEDED = Counter("quota_exceeded_total", "Writes refused with 403 quota_exceeded, by quota.", ["quota"])
 
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:

@@ -5,8 +5,8 @@ its write transaction. ``publish`` resolves the recipients there (so call it bef
 resolved from, e.g. before deleting a conversation or a membership) and sends after commit; a failed publish never
 fails the write, and nothing is sent for a transaction that rolls back.
 
-Sending is one pipelined round trip to Redis per committed event: one append (XADD to the recipient's stream and
-PUBLISH on its channel, apps.events.streams.append_args) per recipient. When Redis cannot be reached the write still
+Sending is one pipelined round trip to Redis per committed event: one script call per batch of recipients
+(apps.events.streams.fan_out_args: for each recipient an XADD to its stream and a PUBLISH on its channel). When Redis cannot be reached the write still
 succeeds; the recipients are remembered and get an ``invalidate`` event as soon as Redis answers again, so their
 clients refetch instead of silently missing the event. After a failure, writes only remember their recipients (a
 dead Redis adds no connect timeout to them) while one background thread per process tries Redis again, after
@@ -119,8 +119,8 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
     try:
         pipe = get_client().pipeline(transaction=False)
         _append_invalidates(pipe, missed)
-        for user in recipients:
-            pipe.eval(*streams.append_args(user, "e", payload))
+        for args in streams.fan_out_args(recipients, "e", payload):  # one call per batch of users, not per user
+            pipe.eval(*args)
         pipe.execute()
     except redis.RedisError as exc:
         with _lock:

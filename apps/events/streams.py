@@ -84,6 +84,38 @@ def append_args(user_id: str, field: str, value: bytes | str) -> tuple:
     return (_APPEND, 2, stream_key(user_id), channel_key(user_id), field, value, minid, stream_ttl_seconds())
 
 
+# The same append for many users in one call (an event to every member of a conversation). ARGV: the key prefix,
+# then as _APPEND's (field, value, MINID, TTL), then the user ids; the keys are built here as stream_key and
+# channel_key build them. Sending _APPEND once per recipient cost the web process a command to build, send and parse
+# per member, and Valkey a script-body hash per call: an append to a conversation of 2,000 members kept its worker
+# ~100 ms publishing (bench/conversations.py, issue 28 item 3). What is left grows with the members still: one
+# XADD and PUBLISH per member's stream, in Valkey.
+_FAN_OUT = """
+local prefix, field, value, minid, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+for i = 6, #ARGV do
+    local stream = prefix .. 'u:' .. ARGV[i]
+    local id = redis.call('XADD', stream, 'MINID', '~', minid, '*', field, value)
+    redis.call('EXPIRE', stream, ttl)
+    redis.call('PUBLISH', prefix .. 'p:' .. ARGV[i], id .. ' ' .. field .. value)
+end
+return #ARGV - 5
+"""
+# Users per fan-out call: Valkey runs one script at a time, so a huge one would hold up every other client.
+FAN_OUT_BATCH = 500
+
+
+def fan_out_args(user_ids: list[str], field: str, value: bytes | str) -> list[tuple]:
+    """``append_args`` for many users: the arguments of one ``EVAL`` per FAN_OUT_BATCH users, each appending
+    ``{field: value}`` to every one of their streams and publishing it on their channels."""
+    if field not in ("e", "c", "i"):
+        raise ValueError("field must be 'e', 'c' or 'i'")
+    head = (prefix(), field, value, int(time.time() * 1000) - retention_ms(), stream_ttl_seconds())
+    return [
+        (_FAN_OUT, 0, *head, *user_ids[start : start + FAN_OUT_BATCH])
+        for start in range(0, len(user_ids), FAN_OUT_BATCH)
+    ]
+
+
 def parse_published(data: bytes) -> tuple[str, dict[bytes, bytes]]:
     """A channel message → (entry id, the entry's fields), the shape XREAD/XRANGE give."""
     entry_id, _, rest = data.partition(b" ")

@@ -46,6 +46,7 @@ from apps.core.logging import request_id_for, reset_request_id, set_request_id
 from apps.core.renderers import JSONRenderer
 from apps.identity.authentication import authenticate_cached, authenticate_credentials
 from apps.identity.principal import Principal
+from apps.limits.rates import check_rate
 from apps.mcp import metadata, tools
 from apps.memories import config as memory_config
 
@@ -95,10 +96,15 @@ def tool_error(error: errors.ApiError) -> types.CallToolResult:
     )
 
 
+# A tool's rate class beside the per-request one, as its REST twin's view names it (``rate_kinds``).
+RATE_KINDS = {"search_memories": "searches", "search_conversations": "searches"}
+
+
 def check_request(principal: Principal, tool: tools.Tool) -> None:
     """The request-level checks every tool call passes before it runs, as a REST request passes them before its
-    view: the place where per-caller request rates are enforced (D11) once they exist. Raises errors.ApiError
-    (429 ``rate_limited`` with ``Retry-After``) to refuse the call."""
+    view: the caller's request rates (D11; apps.limits). Raises errors.ApiError (429 ``rate_limited`` with
+    ``Retry-After``) to refuse the call. Quotas and the ``creates`` class are charged by the services themselves."""
+    check_rate(principal, RATE_KINDS.get(tool.name))
 
 
 def run_tool(principal: Principal, tool: tools.Tool, arguments: Any) -> types.CallToolResult:

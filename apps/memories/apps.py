@@ -21,3 +21,10 @@ class MemoriesConfig(AppConfig):
         from apps.retrieval import indexing
 
         indexing.register(INDEXER)  # /readyz "indexer", manage.py indexing
+
+        from apps.limits import services as limits
+        from apps.memories import selectors
+
+        limits.register_counter(
+            limits.Counter(("memories", "memory_bytes"), selectors.quota_usage, selectors.quota_users)
+        )

@@ -369,3 +369,25 @@ def list_events(principal: Principal, query: EventQuery) -> dict:
     else:
         position = max(after_position or (0, 0), (horizon.oldest_running, 0))
     return {"events": events, "after_cursor": encode_event_cursor(position)}
+
+
+# --- Quota totals (apps.limits recounts them: `manage.py limits recount`) -----------------------------------------
+
+
+def quota_usage(user_id: str) -> dict[str, int]:
+    """What counts against ``user_id``'s memory quotas (services.quota_owner): active versions under ["user",
+    user_id] and their stored values' size."""
+    with bound_cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), coalesce(sum(octet_length(value_ciphertext)), 0) FROM memories "
+            "WHERE state = 'active' AND namespace @> ARRAY['user', %s]::text[] AND namespace[1:2] = ARRAY['user', %s]",
+            [user_id, user_id],
+        )
+        count, size = cursor.fetchone()
+    return {"memories": count, "memory_bytes": size}
+
+
+def quota_users() -> list[str]:
+    with bound_cursor() as cursor:
+        cursor.execute("SELECT DISTINCT namespace[2] FROM memories WHERE state = 'active' AND namespace[1] = 'user'", [])
+        return [user for (user,) in cursor.fetchall() if user is not None]

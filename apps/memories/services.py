@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from apps.core import crypto, errors
 from apps.core.db.prepared import run_pipelined
 from apps.identity.principal import Principal
+from apps.limits import services as limits
 from apps.memories.indexer import INDEXER
 from apps.memories.models import EventKind, IndexStatus, MemoryEvent, MemoryState
 from apps.policy import get_engine, policy_context
@@ -28,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 VALUE_PURPOSE = "memory.value"
 EVENT_VALUE_PURPOSE = "memory_event.value"
+
+MEMORY_QUOTAS = ("memories", "memory_bytes")
 
 # The class half of the two-int advisory locks that serialise writers per address (see _ADDRESS_LOCK_SQL).
 _ADDRESS_LOCK_CLASS = 0x61646472  # "addr"
@@ -99,7 +102,8 @@ def _close_sql(where: str, now: str) -> str:
     return (
         f"UPDATE memories SET state = CASE WHEN expires_at <= {now} THEN 'expired' ELSE %(closed_state)s END, "  # noqa: S608
         f"ended_at = {now}, index_status = CASE WHEN index_status = 'pending' THEN 'removed' ELSE index_status END "
-        f"WHERE {where} RETURNING id, namespace, key, state, attributes, expires_at, index_status"
+        f"WHERE {where} RETURNING id, namespace, key, state, attributes, expires_at, index_status, "
+        "octet_length(value_ciphertext) AS stored_bytes"
     )
 
 
@@ -125,6 +129,15 @@ def _append_events_sql(events: str) -> str:
 
 _CLOSE_ACTIVE = _close_sql("namespace = %(namespace)s::text[] AND key = %(key)s AND state = 'active'", _NOW)
 
+# The quotas (apps.limits): active memories count against the user their namespace names, ["user", <id>, ...]
+# (quota_owner), one per version and its stored value's size, moved in the write's own statement by the SQL function
+# limits_charge, which refuses a write that would pass the owner's limit (the statement, and so the write, fails:
+# 403 quota_exceeded). A version leaves the total when it is closed (superseded, deleted or expired).
+_QUOTAS = "ARRAY['memories', 'memory_bytes']"  # sorted: one lock order (apps.limits.quotas)
+_QUOTA_OWNER_SQL = "CASE WHEN namespace[1] = 'user' THEN namespace[2] END"
+_CLOSED_COUNT = "(SELECT count(*) FROM closed)"
+_CLOSED_BYTES = "(SELECT coalesce(sum(stored_bytes), 0) FROM closed)"
+
 # PUT. The new version's INSERT reads the UPDATE's output (count(*) consumes all of it), so the old version has left
 # the partial unique index before the new one enters it. Its last rows: each event's memory_id and kind, with the
 # new version's created_at and expires_at on its own event's row (the response).
@@ -134,7 +147,10 @@ PUT_SQL = (
     "state, index_status, index_attempts) SELECT %(id)s, %(namespace)s::text[], %(key)s, %(value)s, "
     f"%(attributes)s::jsonb, %(indexed_content)s::jsonb, {_NOW}, {_NOW} + make_interval(secs => %(ttl_seconds)s), "
     "'active', %(index_status)s, 0 "
-    "FROM (SELECT count(*) FROM closed) AS after_close RETURNING id, namespace, key, attributes, created_at, expires_at), "
+    "FROM (SELECT count(*) FROM closed) AS after_close "
+    "RETURNING id, namespace, key, attributes, created_at, expires_at, octet_length(value_ciphertext) AS stored_bytes), "
+    f"charged AS MATERIALIZED (SELECT limits_charge(%(quota_user)s, {_QUOTAS}, ARRAY[1 - {_CLOSED_COUNT}, "
+    f"(SELECT stored_bytes FROM version) - {_CLOSED_BYTES}], %(quota_limits)s::bigint[])), "
     "appended AS ("
     + _append_events_sql(
         f"{_CLOSED_EVENTS} UNION ALL SELECT 1, %(event_id)s, id, namespace, key, "  # noqa: S608
@@ -142,14 +158,17 @@ PUT_SQL = (
         "%(event_value)s, attributes, expires_at FROM version",
     )
     + ") SELECT appended.memory_id, appended.kind, version.created_at, version.expires_at "
-    "FROM appended LEFT JOIN version ON version.id = appended.memory_id"
+    "FROM appended LEFT JOIN version ON version.id = appended.memory_id CROSS JOIN charged"
 )
 PUT_STATEMENTS = (_ADDRESS_LOCK_SQL, PUT_SQL)
 # DELETE. Its rows: each event's kind, with the closed version's index_status ('indexed': it has vectors to remove).
 DELETE_STATEMENTS = (
     _ADDRESS_LOCK_SQL,
-    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}), appended AS ({_append_events_sql(_CLOSED_EVENTS)}) "  # noqa: S608
-    "SELECT appended.kind, closed.index_status FROM appended JOIN closed ON closed.id = appended.memory_id",
+    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}), appended AS ({_append_events_sql(_CLOSED_EVENTS)}), "  # noqa: S608
+    f"credited AS MATERIALIZED (SELECT limits_charge(%(quota_user)s, {_QUOTAS}, "
+    f"ARRAY[-{_CLOSED_COUNT}, -{_CLOSED_BYTES}], NULL::bigint[])) "
+    "SELECT appended.kind, closed.index_status FROM appended JOIN closed ON closed.id = appended.memory_id "
+    "CROSS JOIN credited",
 )
 # The expiry sweep, one batch. SKIP LOCKED lets several beat/worker processes sweep at once without double-expiring
 # a row or waiting on each other (nor on a writer holding a row).
@@ -158,17 +177,38 @@ _DUE = _close_sql(
     "ORDER BY expires_at LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)",
     "%(now)s",
 )
-EXPIRE_SQL = f"WITH closed AS ({_DUE}) " + _append_events_sql(_CLOSED_EVENTS)
+# Each owner's total is lowered by what expired, the owners' rows taken in (quota, owner) order.
+_CREDIT_EXPIRED = (
+    "credited AS MATERIALIZED (SELECT limits_charge(owner, ARRAY[quota], ARRAY[-amount], NULL::bigint[]) FROM ("  # noqa: S608
+    f"SELECT owner, quota, amount FROM (SELECT {_QUOTA_OWNER_SQL} AS owner, count(*) AS n, "
+    "sum(stored_bytes) AS bytes FROM closed GROUP BY 1) AS per_owner "
+    "CROSS JOIN LATERAL (VALUES ('memories', n), ('memory_bytes', bytes)) AS q(quota, amount) "
+    "WHERE owner IS NOT NULL ORDER BY quota, owner) AS ordered)"
+)
+EXPIRE_SQL = (
+    f"WITH closed AS ({_DUE}), {_CREDIT_EXPIRED}, appended AS ({_append_events_sql(_CLOSED_EVENTS)}) "  # noqa: S608
+    "SELECT appended.memory_id, appended.kind FROM appended WHERE (SELECT count(*) FROM credited) >= 0"
+)
+
+
+def quota_owner(namespace: list[str]) -> str | None:
+    """The user whose memory quotas a memory at ``namespace`` counts against (_QUOTA_OWNER_SQL): the <id> of
+    ["user", <id>, ...], the built-in policies' own namespace. None (not counted) elsewhere, which only a custom
+    policy lets anyone write."""
+    return namespace[1] if len(namespace) >= 2 and namespace[0] == "user" else None
 
 
 def write_params(namespace: list[str], key: str, closed_state: str) -> dict:
     """The parameters PUT_STATEMENTS and DELETE_STATEMENTS share."""
+    owner = quota_owner(namespace)
     return {
         "lock_class": _ADDRESS_LOCK_CLASS,
         "address": json.dumps([namespace, key], separators=(",", ":"), ensure_ascii=False),
         "closed_state": closed_state,
         "namespace": namespace,
         "key": key,
+        "quota_user": owner,
+        "quota_limits": limits.limits_for(owner, MEMORY_QUOTAS) if owner is not None else None,
     }
 
 
@@ -203,10 +243,16 @@ def put_memory(
         "event_id": event_id,
         "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
     }
+    # A refusal fails the statement and so the write. Inside a caller's atomic() (no savepoint of its own: that
+    # would be two more round trips on every write) it leaves the caller's transaction failed, as any database error
+    # does there: the caller lets the 403 out of its block, which rolls back.
+    try:
+        rows = run_pipelined(PUT_STATEMENTS, params)
+    except DatabaseError as exc:
+        limits.raise_if_refused(exc)  # 403 quota_exceeded
+        raise
     kind, created_at, expires_at = next(
-        (kind, created_at, expires_at)
-        for memory_id, kind, created_at, expires_at in run_pipelined(PUT_STATEMENTS, params)
-        if memory_id == version_id
+        (kind, created_at, expires_at) for memory_id, kind, created_at, expires_at in rows if memory_id == version_id
     )
     if index:
         transaction.on_commit(_enqueue_indexing)  # at once when committed already (no atomic() around us)

@@ -89,6 +89,7 @@ class MemoriesView(APIView):
 
 
 class MemorySearchView(APIView):
+    rate_kinds = {"post": "searches"}  # apps.limits.throttling
     @extend_schema(
         tags=["memories"],
         summary="Attribute-filter or semantic search",

@@ -170,8 +170,19 @@ def grant_owner(root_id: str, user_id: str, created_at: datetime) -> bool:
         return cursor.rowcount == 1
 
 
-def set_tree_owner(root_id: str, user_id: str) -> None:
+def set_tree_owner(root_id: str, user_id: str) -> int:
     """Name ``user_id`` the primary owner (``ownerUserId``) of every conversation of the tree (a transfer of
-    ownership, under the tree lock)."""
+    ownership, under the tree lock); how many of them are live (what moves between the owners' quotas)."""
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE conversations SET owner_user_id = %s WHERE root_id = %s", [user_id, root_id])
+        cursor.execute(
+            "UPDATE conversations SET owner_user_id = %s WHERE root_id = %s RETURNING deleted_at IS NULL",
+            [user_id, root_id],
+        )
+        return sum(1 for (live,) in cursor.fetchall() if live)
+
+
+def count_members(root_id: Any) -> int:
+    """The members of a fork tree, as of the current transaction (under the tree lock: exact)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM conversation_memberships WHERE root_id = %s", [root_id])
+        return cursor.fetchone()[0]

@@ -23,6 +23,7 @@ from django.utils import timezone
 from apps.core import errors
 from apps.events.publisher import publish
 from apps.identity.principal import Principal
+from apps.limits import services as limits
 from apps.sharing import access, selectors
 from apps.sharing.access import AccessLevel, at_least
 from apps.sharing.models import Membership, OwnershipTransfer
@@ -51,7 +52,7 @@ def _membership_event(event: str, conversation_id: UUID, user_id: str, level: st
 
 def add_membership(principal: Principal, conversation_id: UUID, *, user_id: str, access_level: str) -> dict:
     with transaction.atomic():
-        root_id, level, _owner = _lock_tree(principal, conversation_id)
+        root_id, level, owner = _lock_tree(principal, conversation_id)
         _require_manager(level)
         if level != AccessLevel.OWNER and access_level not in _MANAGEABLE:
             raise errors.forbidden("A manager may grant only writer or reader.")
@@ -65,6 +66,9 @@ def add_membership(principal: Principal, conversation_id: UUID, *, user_id: str,
             inserted = cursor.rowcount == 1
         if not inserted:
             raise errors.conflict("The user is already a member; use PATCH to change the level.")
+        # Counted under the tree lock, which every membership write takes: concurrent adds cannot overshoot. The
+        # tree owner's limit applies.
+        limits.check_count(owner, "members_per_conversation", access.count_members(root_id) - 1)
         _membership_event("created", conversation_id, user_id, access_level)
         membership = Membership(root_id=root_id, user_id=user_id, access_level=access_level, created_at=now)
     return selectors.membership_response(membership, conversation_id)
@@ -200,7 +204,9 @@ def _complete_transfer(transfer: OwnershipTransfer, previous_owner: str) -> None
     if previous_owner != to_user_id:
         Membership.objects.filter(root_id=root_id, user_id=previous_owner).update(access_level=AccessLevel.MANAGER)
         _membership_event("updated", conversation_id, previous_owner, AccessLevel.MANAGER)
-    access.set_tree_owner(str(root_id), to_user_id)
+    live = access.set_tree_owner(str(root_id), to_user_id)
+    # The tree's conversations now count against the new owner (403 quota_exceeded when that passes their limit).
+    limits.move("conversations", live, previous_owner, to_user_id)
     transfer.delete()
 
 

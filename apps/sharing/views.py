@@ -29,6 +29,7 @@ class MembershipViewSet(viewsets.ViewSet):
 
     lookup_field = "userId"
     lookup_value_regex = r"[^/]+"
+    rate_kinds = {"create": "memberships", "partial_update": "memberships"}  # apps.limits.throttling
 
     @extend_schema(
         tags=["memberships"],
@@ -118,6 +119,7 @@ class AdminMembershipViewSet(RoleChecked, viewsets.ViewSet):
 
 
 class OwnershipTransferViewSet(viewsets.ViewSet):
+    rate_kinds = {"create": "memberships"}  # apps.limits.throttling
     lookup_field = "transferId"
     lookup_value_regex = r"[^/]+"
 

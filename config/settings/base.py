@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from apps.limits import definitions as _limits  # plain data, no Django
 from config.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -51,6 +52,7 @@ INSTALLED_APPS = [
     "apps.sharing",
     "apps.attachments",
     "apps.events",
+    "apps.limits",
     "apps.mcp",
 ]
 # daphne's app only makes `manage.py runserver` serve config.asgi (SSE included) during development. Importing it
@@ -149,6 +151,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["apps.core.parsers.JSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "apps.core.negotiation.ContentNegotiation",
     "EXCEPTION_HANDLER": "apps.core.errors.exception_handler",
+    # Per-user request rates (apps.limits.rates): 429 rate_limited with Retry-After.
+    "DEFAULT_THROTTLE_CLASSES": ["apps.limits.throttling.UserRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "apps.core.openapi.ServiceAutoSchema",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -182,6 +186,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "apps.events.schema.add_event_stream",  # served by the ASGI consumer: no view to describe
         "apps.core.schema_honesty.postprocess_schema",
+        "apps.limits.openapi.postprocess_schema",  # 429 rate_limited everywhere, 403 quota_exceeded on writes
         "apps.memories.openapi.namespace_depth_hook",
     ],
 }
@@ -470,3 +475,41 @@ CELERY_BEAT_SCHEDULE["attachments-expire"] = {
     "task": "apps.attachments.tasks.remove_expired_attachments",
     "schedule": float(ATTACHMENT_EXPIRY_INTERVAL),
 }
+
+# --- Rates and quotas (D11, apps.limits; the README's "Limits and quotas" table) --------------------------------
+# Defaults live in apps.limits.definitions; each can be overridden per user by an admin (Django admin "User limits",
+# `manage.py limits set`). Rates: GCRA per user in Valkey, `..._PER_MINUTE` sustained and `..._BURST` at once.
+RATE_LIMITS_ENABLED = env_bool("RATE_LIMITS_ENABLED", True)
+RATE_LIMIT_REQUESTS_PER_MINUTE = env_int("RATE_LIMIT_REQUESTS_PER_MINUTE", _limits.RATES["requests"].per_minute)
+RATE_LIMIT_REQUESTS_BURST = env_int("RATE_LIMIT_REQUESTS_BURST", _limits.RATES["requests"].burst)
+RATE_LIMIT_SEARCHES_PER_MINUTE = env_int("RATE_LIMIT_SEARCHES_PER_MINUTE", _limits.RATES["searches"].per_minute)
+RATE_LIMIT_SEARCHES_BURST = env_int("RATE_LIMIT_SEARCHES_BURST", _limits.RATES["searches"].burst)
+RATE_LIMIT_CREATES_PER_MINUTE = env_int("RATE_LIMIT_CREATES_PER_MINUTE", _limits.RATES["creates"].per_minute)
+RATE_LIMIT_CREATES_BURST = env_int("RATE_LIMIT_CREATES_BURST", _limits.RATES["creates"].burst)
+RATE_LIMIT_MEMBERSHIPS_PER_MINUTE = env_int(
+    "RATE_LIMIT_MEMBERSHIPS_PER_MINUTE", _limits.RATES["memberships"].per_minute
+)
+RATE_LIMIT_MEMBERSHIPS_BURST = env_int("RATE_LIMIT_MEMBERSHIPS_BURST", _limits.RATES["memberships"].burst)
+RATE_LIMIT_UPLOADS_PER_MINUTE = env_int("RATE_LIMIT_UPLOADS_PER_MINUTE", _limits.RATES["uploads"].per_minute)
+RATE_LIMIT_UPLOADS_BURST = env_int("RATE_LIMIT_UPLOADS_BURST", _limits.RATES["uploads"].burst)
+# One Valkey round trip per request, given up after this long (then the request is let through: fail open) ...
+RATE_LIMIT_TIMEOUT_SECONDS = float(env_str("RATE_LIMIT_TIMEOUT_SECONDS", "0.05"))
+# ... and after a failure this process stops asking Valkey for this long (requests pass unlimited meanwhile).
+RATE_LIMIT_BACKOFF_SECONDS = float(env_str("RATE_LIMIT_BACKOFF_SECONDS", "5"))
+RATE_LIMIT_REDIS_PREFIX = env_str("RATE_LIMIT_REDIS_PREFIX", "rl:")
+# A request may take up to this many `requests` tokens at once (never more than a twentieth of the burst, and only
+# while the bucket holds twice that) and keep the rest in its process for a second: most requests then skip Valkey.
+# 1 = every request asks Valkey.
+RATE_LIMIT_LEASE = env_int("RATE_LIMIT_LEASE", 10)
+# Quotas on stored totals, enforced by PostgreSQL in the write's transaction.
+QUOTA_MEMORIES = env_int("QUOTA_MEMORIES", _limits.QUOTAS["memories"].default)
+QUOTA_MEMORY_BYTES = env_int("QUOTA_MEMORY_BYTES", _limits.QUOTAS["memory_bytes"].default)
+QUOTA_CONVERSATIONS = env_int("QUOTA_CONVERSATIONS", _limits.QUOTAS["conversations"].default)
+QUOTA_ENTRY_BYTES = env_int("QUOTA_ENTRY_BYTES", _limits.QUOTAS["entry_bytes"].default)
+QUOTA_ATTACHMENTS = env_int("QUOTA_ATTACHMENTS", _limits.QUOTAS["attachments"].default)
+QUOTA_ATTACHMENT_BYTES = env_int("QUOTA_ATTACHMENT_BYTES", _limits.QUOTAS["attachment_bytes"].default)
+QUOTA_MEMBERS_PER_CONVERSATION = env_int(
+    "QUOTA_MEMBERS_PER_CONVERSATION", _limits.QUOTAS["members_per_conversation"].default
+)
+# A user's overrides are read from the database at most this often per process (0: on every use).
+LIMITS_CACHE_SECONDS = env_int("LIMITS_CACHE_SECONDS", 5)

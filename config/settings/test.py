@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.limits import definitions as _limits
 from config.env import env_bool
 
 # The test session is one host, on the embedded PostgreSQL or (DATABASE_URL set) on a database of its own: it may
@@ -66,3 +67,15 @@ if _XDIST_WORKER:
     CHANNEL_LAYERS = {"default": {**CHANNEL_LAYERS["default"], "CONFIG": {"hosts": [REDIS_URL]}}}  # noqa: F405
     SSE_REDIS_PREFIX = f"sse-{_XDIST_WORKER}:"
 TEST_CELERY_BROKER_URLS = [valkey_database_url(REDIS_URL, database) for database in _broker_databases]
+
+# The suite makes many requests fast as a few users: rates far above what it sends, so only the tests of the limits
+# meet them (they override these with the real defaults, apps.limits.definitions). The live servers tests start get
+# the same (tests/live_service.py). Quotas keep their defaults: no test stores that much.
+TEST_RATE_LIMIT_PER_MINUTE = 6_000_000
+TEST_RATE_LIMIT_BURST = 1_000_000
+for _rate in _limits.RATES.values():
+    globals()[_rate.per_minute_setting] = TEST_RATE_LIMIT_PER_MINUTE
+    globals()[_rate.burst_setting] = TEST_RATE_LIMIT_BURST
+# A loaded test machine can hold a healthy Valkey's answer past the production 50 ms: the limiter would then fail
+# open and a test of the limits would see no 429. The outage tests set the production timeout themselves.
+RATE_LIMIT_TIMEOUT_SECONDS = 2.0

@@ -261,3 +261,30 @@ def test_an_append_over_http_publishes_once_its_response_is_out(client_for, monk
     with transaction.atomic():
         publisher.publish("updated", "conversation", {"conversationId": conversation})
     assert sent_from_close == [False] and _received(owner)[-1]["event"] == "updated"
+
+
+def test_an_event_to_many_members_is_one_call_per_batch_not_one_per_member(settings, tmp_path):
+    """Issue 28 item 3: an append published one EVAL per member, so its cost grew with the member count (2,000
+    invented members: ~100 ms of the worker per append). Now one call per FAN_OUT_BATCH members, on a Valkey of the
+    test's own so that its command counts are this test's."""
+    from apps.runtime.embedded_services import RestartableValkey
+
+    valkey = RestartableValkey(tmp_path)
+    valkey.start()
+    try:
+        settings.REDIS_URL = valkey.url
+        members = {_user("owner"): "owner", **{_user(f"m{i}"): "reader" for i in range(streams.FAN_OUT_BATCH + 99)}}
+        conversation = _conversation(members)
+        before = get_client().info("commandstats").get("cmdstat_eval", {}).get("calls", 0)
+        with transaction.atomic():
+            publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "e1"})
+        calls = get_client().info("commandstats")["cmdstat_eval"]["calls"] - before
+        assert calls == 2, calls
+        expected = {"event": "created", "kind": "entry", "data": {"conversationId": conversation, "entryId": "e1"}}
+        assert all(_received(user) == [expected] for user in members)
+        # Each member's stream and channel agree on the entry id, as with a single append.
+        user = next(iter(members))
+        [(entry_id, _fields)] = get_client().xrange(streams.stream_key(user))
+        assert streams.valid_entry_id(entry_id.decode())
+    finally:
+        valkey.stop()

@@ -58,6 +58,13 @@ class _NoArguments(StrictSerializer):
     pass
 
 
+@pytest.fixture(autouse=True)
+def _no_rate_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These units run without a database; the limiter reads per-user overrides from it (the test of the real
+    limiter below puts it back)."""
+    monkeypatch.setattr(server, "check_rate", lambda principal, kind=None: None)
+
+
 def _tool(handler) -> tools.Tool:
     return tools.Tool("probe", "Probe", "A test tool.", _NoArguments, tools.DeleteMemoryResult, handler, read_only=True)
 
@@ -142,3 +149,29 @@ def test_a_token_verified_moments_ago_is_decided_without_io(mint_token, settings
     assert authenticate_cached(f"Bearer {token} extra", None) is None
     settings.VERIFIED_TOKEN_CACHE_SECONDS = 0
     assert authenticate_cached(header, None) is None
+
+
+@pytest.mark.django_db
+def test_tool_calls_spend_the_callers_request_rate_and_searches_their_class(settings, monkeypatch) -> None:
+    """The real limiter (apps.limits, on the session's Valkey): a tool call takes a ``requests`` token as a REST
+    request does, and a search tool one of the ``searches`` class too."""
+    import uuid
+
+    from apps.identity.principal import Principal as Caller
+    from apps.limits import rates
+    from apps.limits.definitions import RATES
+
+    ran: list[str] = []
+    caller = Caller(user_id=f"mcp-rate-{uuid.uuid4().hex[:8]}", client_id=None, roles=("user",))
+    setattr(settings, RATES["requests"].per_minute_setting, 60)
+    setattr(settings, RATES["requests"].burst_setting, 2)
+    rates.reset()
+    monkeypatch.setattr(server, "check_rate", rates.check_rate)
+    probe = _tool(lambda principal, data: ran.append("handler") or {})
+    assert not server.run_tool(caller, probe, {}).is_error
+    assert not server.run_tool(caller, probe, {}).is_error
+    refused = server.run_tool(caller, probe, {})
+    assert _body(refused)["code"] == "rate_limited" and refused.meta["retryAfter"] >= 1
+    assert ran == ["handler", "handler"]
+    assert server.RATE_KINDS == {"search_memories": "searches", "search_conversations": "searches"}
+    assert set(server.RATE_KINDS) <= set(tools.TOOLS)
