@@ -72,6 +72,10 @@ class ConversationIndexer(indexing.Indexer):
             )
             return cursor.fetchall()
 
+    def same_text_sql(self, row: tuple) -> tuple[str, list]:
+        # POST /v1/conversations/index replaces an entry's index text in place.
+        return "t.indexed_content IS NOT DISTINCT FROM %s", [row[3]]
+
     def work(self, row: tuple) -> Work:
         entry_id, conversation_id, root_id, indexed, content = row
         if indexed is not None:

@@ -155,6 +155,12 @@ class Indexer(ABC):
         """Look up the vector index for ``dimension`` (a warning when missing): ``manage.py migrate`` creates it,
         never a worker, which may run as a database role without DDL rights (apps.retrieval.vectors)."""
 
+    def same_text_sql(self, row: tuple) -> tuple[str, list[Any]]:
+        """SQL over ``t`` (with its params) that holds while the row still has the text it had when ``row`` was
+        loaded: a failure of that text is not counted against a text that replaced it meanwhile. The default suits
+        rows whose text never changes (a new text is a new row)."""
+        return "TRUE", []
+
     def before_cycle(self, batch_size: int) -> int:
         """Work done before embedding (e.g. removing vectors of ended rows); returns how many rows it touched."""
         return 0
@@ -230,13 +236,14 @@ class Indexer(ABC):
     def _index_batch(self, rows: list[tuple], provider: EmbeddingProvider, model: str, report: CycleReport) -> None:
         started = time.perf_counter()
         works: list[Work] = []
+        loaded = {row[0]: row for row in rows}
         for row in rows:
             try:
                 works.append(self.work(row))
             except RowError as exc:
-                self._row_failed(row[0], exc.reason, exc.details, report)
+                self._row_failed(row, exc.reason, exc.details, report)
             except Exception as exc:  # a bug in deriving one row's text must not stall the queue either
-                self._row_failed(row[0], "prepare", {"error": type(exc).__name__}, report)
+                self._row_failed(row, "prepare", {"error": type(exc).__name__}, report)
         if not works:
             return
         failed: list[tuple[Work, Exception]] = []
@@ -255,7 +262,7 @@ class Indexer(ABC):
                 raise
             done, failed = _isolate(provider, works, exc)
         for work, exc in failed:
-            self._row_failed(work.id, "embedding", {"error": type(exc).__name__}, report)
+            self._row_failed(loaded[work.id], "embedding", {"error": type(exc).__name__}, report)
         if done:
             report.indexed += self.store(done, model)
         logger.info(
@@ -267,20 +274,30 @@ class Indexer(ABC):
             },
         )  # fmt: skip
 
-    def _row_failed(self, row_id: Any, reason: str, details: dict[str, Any], report: CycleReport) -> None:
-        """Count one failure of this row: back off, or quarantine it at INDEXING_MAX_ATTEMPTS."""
+    def _row_failed(self, row: tuple, reason: str, details: dict[str, Any], report: CycleReport) -> None:
+        """Count one failure of this row's text (``row`` as loaded): back off, or quarantine it at
+        INDEXING_MAX_ATTEMPTS. Nothing is counted when the row is no longer pending or its text was replaced since
+        it was loaded: the failure was the old text's, and the new one deserves its own attempts."""
+        row_id = row[0]
         described = reason + "".join(f" {key}={value}" for key, value in details.items())
+        same_text, same_text_params = self.same_text_sql(row)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {self.table} SET index_failures = index_failures + 1, index_error = %s, "  # noqa: S608
-                "index_retry_at = now() + make_interval(secs => least(%s, %s * power(2, index_failures))), "
-                "index_quarantined_at = CASE WHEN index_failures + 1 >= %s THEN now() END "
-                "WHERE id = %s RETURNING index_failures, index_quarantined_at IS NOT NULL",
+                f"UPDATE {self.table} t SET index_failures = t.index_failures + 1, index_error = %s, "  # noqa: S608
+                "index_retry_at = now() + make_interval(secs => least(%s, %s * power(2, t.index_failures))), "
+                "index_quarantined_at = CASE WHEN t.index_failures + 1 >= %s THEN now() END "
+                f"WHERE t.id = %s AND ({self.pending_sql()}) AND ({same_text}) "
+                "RETURNING t.index_failures, t.index_quarantined_at IS NOT NULL",
                 [described, settings.INDEXING_MAX_BACKOFF_SECONDS, RETRY_BASE_SECONDS,
-                 settings.INDEXING_MAX_ATTEMPTS, row_id],
+                 settings.INDEXING_MAX_ATTEMPTS, row_id, *same_text_params],
             )  # fmt: skip
-            failures, quarantined = cursor.fetchone() or (0, False)
+            counted = cursor.fetchone()
         report.failed += 1
+        if counted is None:
+            logger.info("row failed to index, but its text changed meanwhile; nothing counted",
+                        extra={"indexer": self.name, "row_id": str(row_id), "reason": reason})
+            return
+        failures, quarantined = counted
         metrics.INDEXER_ROW_FAILURES.labels(self.name, reason).inc()
         # Ids, the reason and identifiers such as a key id: never the row's text.
         log = {"indexer": self.name, "row_id": str(row_id), "reason": reason, "failures": failures, **details}
