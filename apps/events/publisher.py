@@ -122,7 +122,9 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
         for user in recipients:
             pipe.eval(*streams.append_args(user, "e", payload))
         pipe.execute()
-    except redis.RedisError as exc:
+    except Exception as exc:
+        # Whatever failed (Redis, or anything else), the invalidates this send took stay owed, and so does its own
+        # event: the recovery thread delivers them.
         with _lock:
             _restore_missed(missed)
             _remember(recipients)
@@ -130,7 +132,9 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
         metrics.SSE_PUBLISH_FAILURES.inc()
         # Never the payload: ids only, but the log line need not carry them either.
         logger.warning(
-            "event publish failed", extra={"kind": kind, "recipients": len(recipients), "error": type(exc).__name__}
+            "event publish failed",
+            extra={"kind": kind, "recipients": len(recipients), "error": type(exc).__name__},
+            exc_info=not isinstance(exc, redis.RedisError),
         )
         return
     if missed:
