@@ -46,6 +46,11 @@ class ConversationIndexer(indexing.Indexer):
     lease_kind = leases.CONVERSATION_INDEXING
     table = "conversation_entries"
     from_sql = "conversation_entries t JOIN conversations c ON c.id = t.conversation_id AND c.deleted_at IS NULL"
+    owner_sql = "t.user_id"  # fairness is between the users who wrote the entries
+    live_sql = "(SELECT c.deleted_at IS NULL FROM conversations c WHERE c.id = t.conversation_id)"
+    # The index text, or (not derived yet) the sealed content it comes from: a little more than its text.
+    size_sql = "coalesce(octet_length(t.indexed_content), octet_length(t.content))"
+    batch_text_bytes_setting = "CONVERSATION_INDEXING_BATCH_TEXT_BYTES"
     readiness_key = "conversation_indexer"
     backlog_gauge = metrics.CONVERSATION_INDEXER_BACKLOG
     lag_gauge = metrics.CONVERSATION_INDEXER_LAG

@@ -29,11 +29,13 @@ framework does the rest, the same way for both:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import redis
 from celery import current_app
@@ -73,6 +75,7 @@ class CycleReport:
     quarantined: int = 0  # rows quarantined this cycle
     removed: int = 0  # what Indexer.before_cycle cleaned up (the memory indexer: vectors of ended versions)
     stalled: bool = False  # the provider failed as a whole: the cycle stopped, the rows stay pending
+    unfinished: bool = False  # INDEXING_CYCLE_MAX_SECONDS ran out with work left (the task asks for another run)
 
 
 @dataclass
@@ -87,6 +90,39 @@ class Work:
 
 # (field, chunk number, vector) of one row.
 Vector = tuple[Any, int, list[float]]
+
+
+class _Candidate(NamedTuple):
+    id: Any
+    size: int | None  # bytes of text (size_sql)
+    position: int  # its owner's place in this rotation
+    rank: int  # 1 for its owner's oldest due row, 2 for the next, ...
+    arm: int  # which of ``pending()``
+    owner: Any
+
+
+class _Here(threading.local):
+    """What this thread is doing: the rows it holds per lease kind (a turn between slices must not take them
+    again: session locks are re-entrant), and whether it is inside such a turn (turns do not nest)."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, set[Any]] = {}
+        self.in_turn = False
+
+
+_here = _Here()
+
+
+@contextmanager
+def _holding(kind: int, ids: list[Any]) -> Iterator[None]:
+    """Work on the leased ``ids``; released on the way out, whatever happens."""
+    held = _here.held.setdefault(kind, set())
+    held.update(ids)
+    try:
+        yield
+    finally:
+        held.difference_update(ids)
+        leases.release_quietly(kind, ids)
 
 
 class RowError(Exception):
@@ -115,6 +151,12 @@ class Indexer(ABC):
     lease_kind: ClassVar[int]  # apps.retrieval.leases kind
     table: ClassVar[str]  # the table holding the rows (and their IndexState columns)
     from_sql: ClassVar[str]  # FROM clause of the rows this indexer looks at: ``table`` as ``t``, plus any joins
+    # Whose row it is, for fairness (SQL over ``t``): each arm of ``pending()`` needs an index on
+    # ``(owner_sql, created_at, id)`` with the arm and ``index_quarantined_at IS NULL`` as its predicate.
+    owner_sql: ClassVar[str]
+    # What the joins of ``from_sql`` demand of a row, as a condition over ``t`` alone, for the candidate query: kept
+    # a subquery evaluated per row, so PostgreSQL walks the owner index in order instead of joining its way there.
+    live_sql: ClassVar[str] = "TRUE"
     size_sql: ClassVar[str] = "NULL"  # bytes of text a row brings to a batch (for batch_text_bytes_setting)
     readiness_key: ClassVar[str]  # its entry in /readyz
     backlog_gauge: ClassVar[Gauge]
@@ -125,6 +167,10 @@ class Indexer(ABC):
     task_name: ClassVar[str]
     batch_size_setting: ClassVar[str]
     batch_text_bytes_setting: ClassVar[str | None] = None  # a batch also ends at this much text (at least one row)
+
+    def __init__(self) -> None:
+        # (small lane?, arm) -> the owner the last batch ended with: the next one starts after it.
+        self._cursors: dict[tuple[bool, int], Any] = {}
 
     # --- What an app supplies ----------------------------------------------------------------------------------
 
@@ -168,45 +214,63 @@ class Indexer(ABC):
     # --- The cycle ---------------------------------------------------------------------------------------------
 
     def run_cycle(self, batch_size: int | None = None, max_batches: int = 50) -> CycleReport:
-        """One run: ``before_cycle``, then lease, embed and store batches until nothing is due, ``max_batches`` ran
-        or the provider failed."""
+        """One run: ``before_cycle``, then lease, embed and store batches until nothing is due, ``max_batches`` ran,
+        the provider failed, or INDEXING_CYCLE_MAX_SECONDS passed (``report.unfinished``: the task asks for
+        another run, which waits its turn behind the other indexer's)."""
         batch_size = batch_size or getattr(settings, self.batch_size_setting)
         report = CycleReport(removed=self.before_cycle(batch_size))
         provider = get_provider()
         model = vectors.model_tag(provider)
         self.check_index(provider.dimension)
+        started = time.monotonic()
         for _ in range(max_batches):
+            if time.monotonic() - started > settings.INDEXING_CYCLE_MAX_SECONDS:
+                report.unfinished = True
+                break
             rows = self.claim(batch_size)
             if not rows:
                 break
-            try:
+            with _holding(self.lease_kind, [row[0] for row in rows]):
                 self._index_batch(rows, provider, model, report)
-            finally:
-                leases.release_quietly(self.lease_kind, [row[0] for row in rows])
             if report.stalled:
                 break
         self.update_metrics()
         return report
 
-    def claim(self, batch_size: int) -> list[tuple]:
-        """Lease and load up to ``batch_size`` due rows for this worker; the caller must ``release`` them."""
-        sizes = self._candidates(batch_size * 4)
-        mine = leases.try_take(self.lease_kind, list(sizes), limit=batch_size)
+    def claim(self, batch_size: int, *, small: bool = False) -> list[tuple]:
+        """Lease and load up to ``batch_size`` due rows for this worker; the caller must ``release`` them.
+
+        Fair between owners (``owner_sql``): the candidates are each owner's oldest due rows, taken in turn (one of
+        each owner, then a second of each, ...), owners in a rotating order that resumes after the last owner this
+        indexer served, and no owner brings more than its share. The batch also ends at its text budget
+        (``batch_text_bytes_setting``; with ``small``, INDEXING_SLICE_BYTES and only rows that fit one slice).
+        Rows this thread already holds (the batch a turn interrupted) are never taken again."""
+        slice_bytes = settings.INDEXING_SLICE_BYTES
+        candidates = self._candidates(batch_size * 4, max_size=slice_bytes if small else None)
+        held = _here.held.get(self.lease_kind, set())
+        mine = leases.try_take(self.lease_kind, [c.id for c in candidates if c.id not in held], limit=batch_size)
         if not mine:
             return []
-        cap = getattr(settings, self.batch_text_bytes_setting) if self.batch_text_bytes_setting else None
+        if small:
+            cap: int | None = slice_bytes
+        else:
+            cap = getattr(settings, self.batch_text_bytes_setting) if self.batch_text_bytes_setting else None
+        by_id = {c.id: c for c in candidates}
         if cap is not None:
             # A few rows with 256 KiB of text each take minutes to embed, and a batch is searchable only when all
-            # of it is stored.
-            kept, total = 0, 0
+            # of it is stored. A row that does not fit is left for a later batch; smaller ones behind it still go.
+            kept, left, total = [], [], 0
             for row_id in mine:
-                total += sizes[row_id] or 0
-                if kept and total > cap:
-                    break
-                kept += 1
-            if kept < len(mine):
-                leases.release_quietly(self.lease_kind, mine[kept:])
-                mine = mine[:kept]
+                size = by_id[row_id].size or 0
+                if kept and total + size > cap:
+                    left.append(row_id)
+                    continue
+                kept.append(row_id)
+                total += size
+            if left:
+                leases.release_quietly(self.lease_kind, left)
+            mine = kept
+        self._advance_cursors([by_id[row_id] for row_id in mine], small)
         try:
             rows = self.load(mine)
         except BaseException:
@@ -220,18 +284,70 @@ class Indexer(ABC):
     def release(self, ids: Sequence[Any]) -> None:
         leases.release_quietly(self.lease_kind, ids)
 
-    def _candidates(self, limit: int) -> dict[Any, int | None]:
-        parts = [
-            f"(SELECT t.id, t.created_at, {self.size_sql} AS size FROM {self.from_sql} "  # noqa: S608 - code's SQL
-            f"WHERE ({arm}) AND {due_sql()} ORDER BY t.created_at LIMIT %s)"
-            for arm in self.pending()
-        ]
+    def _candidates(self, limit: int, *, max_size: int | None = None) -> list[_Candidate]:
+        """Up to about ``limit`` due rows in the order a fair batch takes them (see ``claim``)."""
+        found: list[_Candidate] = []
+        for arm_index, arm in enumerate(self.pending()):
+            after = self._cursors.get((max_size is not None, arm_index))
+            rows = self._owners_rows(arm, arm_index, limit, max_size, after=after)
+            if after is not None and len({row.position for row in rows}) < limit:
+                # The rotation wraps around: the owners up to the cursor come after those beyond it.
+                offset = max((row.position for row in rows), default=0)
+                more = self._owners_rows(arm, arm_index, limit, max_size, upto=after)
+                rows += [row._replace(position=row.position + offset) for row in more]
+            found += rows
+        found.sort(key=lambda row: (row.rank, row.position, row.arm))
+        return found
+
+    def _owners_rows(
+        self, arm: str, arm_index: int, limit: int, max_size: int | None, *, after: Any = None, upto: Any = None
+    ) -> list[_Candidate]:
+        """One pass of the rotation: the owners with due rows of ``arm`` in owner order (beyond ``after``, or up to
+        ``upto``), at most ``limit`` of them, found by a walk of the arm's ``(owner, created_at, id)`` index that
+        jumps from one owner to the next (a recursive CTE: the cost grows with the owners, not the backlog); then
+        each one's oldest due rows, at most ``limit`` / owners each."""
+        owner = self.owner_sql
+        where = f"({arm}) AND {due_sql()} AND {self.live_sql}"
+        table = f"{self.table} t"
+        bound, params = "", {"limit": limit}
+        if after is not None:
+            bound, params["bound"] = f"AND {owner} > %(bound)s", after
+        elif upto is not None:
+            bound, params["bound"] = f"AND {owner} <= %(bound)s", upto
+        size_filter = ""
+        if max_size is not None:
+            size_filter, params["max_size"] = f"AND {self.size_sql} <= %(max_size)s", max_size
+        sql = f"""
+            WITH RECURSIVE owners(owner, n) AS (
+                (SELECT {owner}, 1 FROM {table} WHERE {where} {bound} ORDER BY {owner} LIMIT 1)
+                UNION ALL
+                SELECT (SELECT {owner} FROM {table} WHERE {where} {bound} AND {owner} > owners.owner
+                        ORDER BY {owner} LIMIT 1), owners.n + 1
+                FROM owners WHERE owners.owner IS NOT NULL AND owners.n < %(limit)s
+            ), found AS MATERIALIZED (SELECT owner, n FROM owners WHERE owner IS NOT NULL)
+            SELECT candidate.id, candidate.size, found.n, candidate.rank, found.owner
+            FROM found CROSS JOIN LATERAL (
+                SELECT t.id, {self.size_sql} AS size, row_number() OVER (ORDER BY t.created_at, t.id) AS rank
+                FROM {table} WHERE {where} {size_filter} AND {owner} = found.owner
+                ORDER BY t.created_at, t.id
+                LIMIT (SELECT greatest(1, ceil(%(limit)s::numeric / count(*)))::int FROM found)
+            ) AS candidate
+        """  # noqa: S608 - code's SQL
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id, size FROM ({' UNION ALL '.join(parts)}) AS c ORDER BY created_at",  # noqa: S608
-                [limit] * len(parts),
-            )
-            return dict(cursor.fetchall())
+            cursor.execute(sql, params)
+            return [
+                _Candidate(row_id, size, int(position), int(rank), arm_index, owner_value)
+                for row_id, size, position, rank, owner_value in cursor.fetchall()
+            ]
+
+    def _advance_cursors(self, taken: list[_Candidate], small: bool) -> None:
+        """The next batch starts after the last owner (in this rotation's order) this one took rows of."""
+        last: dict[int, _Candidate] = {}
+        for candidate in taken:
+            if candidate.arm not in last or candidate.position > last[candidate.arm].position:
+                last[candidate.arm] = candidate
+        for arm, candidate in last.items():
+            self._cursors[(small, arm)] = candidate.owner
 
     def _index_batch(self, rows: list[tuple], provider: EmbeddingProvider, model: str, report: CycleReport) -> None:
         started = time.perf_counter()
@@ -247,8 +363,9 @@ class Indexer(ABC):
         if not works:
             return
         failed: list[tuple[Work, Exception]] = []
+        between = self._turns(provider, model)
         try:
-            done = _embed(provider, works)
+            done = _embed(provider, works, between)
         except Exception as exc:
             if not _provider_works(provider):
                 logger.warning(
@@ -260,7 +377,7 @@ class Indexer(ABC):
                 if isinstance(exc, EmbeddingError):
                     return
                 raise
-            done, failed = _isolate(provider, works, exc)
+            done, failed = _isolate(provider, works, exc, between)
         for work, exc in failed:
             self._row_failed(loaded[work.id], "embedding", {"error": type(exc).__name__}, report)
         if done:
@@ -273,6 +390,36 @@ class Indexer(ABC):
                 "seconds": round(time.perf_counter() - started, 3),
             },
         )  # fmt: skip
+
+    def _turns(self, provider: EmbeddingProvider, model: str) -> Callable[[], None]:
+        """What runs between two slices of a batch's text: a turn for every indexer's small rows (this one's
+        included), so a batch of long texts never holds up anyone's short ones, on either indexer, for longer than
+        a slice takes; the turns' rows are leased like any batch, and their rows leave the rotation at the owners
+        they took."""
+
+        def between() -> None:
+            if _here.in_turn:
+                return
+            _here.in_turn = True
+            try:
+                indexers = dict(_registry)
+                indexers.setdefault(self.name, self)
+                for indexer in indexers.values():
+                    indexer._small_turn(provider, model)
+            finally:
+                _here.in_turn = False
+
+        return between
+
+    def _small_turn(self, provider: EmbeddingProvider, model: str) -> None:
+        try:
+            rows = self.claim(getattr(settings, self.batch_size_setting), small=True)
+            if rows:
+                with _holding(self.lease_kind, [row[0] for row in rows]):
+                    self._index_batch(rows, provider, model, CycleReport())
+        except Exception:
+            # The batch the turn interrupted goes on; these rows stay pending for the next cycle.
+            logger.warning("a turn for small texts failed", extra={"indexer": self.name}, exc_info=True)
 
     def _row_failed(self, row: tuple, reason: str, details: dict[str, Any], report: CycleReport) -> None:
         """Count one failure of this row's text (``row`` as loaded): back off, or quarantine it at
@@ -394,17 +541,53 @@ class Indexer(ABC):
             get_client().delete(self._requested_key())
         except redis.RedisError:
             logger.warning("could not clear the indexer's wake-up flag", extra={"indexer": self.name})
-        return self.run_cycle()
+        report = self.run_cycle()
+        if report.unfinished:
+            self.request_run_quietly()  # queued behind the tasks that waited meanwhile (the other indexer's)
+        return report
 
 
-def _embed(provider: EmbeddingProvider, works: list[Work]) -> list[tuple[Work, list[Vector]]]:
-    """Every text of ``works`` chunked and embedded in one call, handed back per row."""
-    texts = [(work.id, name, text) for work in works for name, text in work.texts if text.strip()]
-    embedded = provider.embed_chunked([text for *_address, text in texts]) if texts else []
-    by_row: dict[Any, list[Vector]] = {work.id: [] for work in works}
-    for (row_id, name, _text), of_text in zip(texts, embedded, strict=True):
-        by_row[row_id].extend((name, number, vector) for number, vector in enumerate(of_text))
-    return [(work, by_row[work.id]) for work in works]
+def _embed(
+    provider: EmbeddingProvider, works: list[Work], between: Callable[[], None] | None = None
+) -> list[tuple[Work, list[Vector]]]:
+    """Every text of ``works`` chunked and embedded, handed back per row, in slices of about INDEXING_SLICE_BYTES
+    of text, ``between`` running between two slices. A text longer than a slice is cut into the model's chunks
+    first (``provider.chunk``), which are then embedded whole, a slice of them at a time (the vectors are those of
+    embedding the text in one call); shorter texts go to ``embed_chunked`` as they are, many to a call."""
+    budget = max(1, settings.INDEXING_SLICE_BYTES)
+    # One unit per text that fits a slice, one per chunk of a longer one: (row id, field, text, is a chunk).
+    units: list[tuple[Any, Any, str, bool]] = []
+    for work in works:
+        for name, text in work.texts:
+            if not text.strip():
+                continue
+            if len(text) <= budget:
+                units.append((work.id, name, text, False))
+            else:
+                units.extend((work.id, name, piece, True) for piece in provider.chunk(text))
+    slices: list[list[tuple[Any, Any, str, bool]]] = []
+    size = budget
+    for unit in units:
+        if size + len(unit[2]) > budget:
+            slices.append([])
+            size = 0
+        slices[-1].append(unit)
+        size += len(unit[2])
+    by_row: dict[Any, dict[Any, list[list[float]]]] = {work.id: {} for work in works}
+    for number, part in enumerate(slices):
+        if number and between is not None:
+            between()
+        texts = [unit[2] for unit in part if not unit[3]]
+        chunks = [unit[2] for unit in part if unit[3]]
+        of_texts = iter(provider.embed_chunked(texts) if texts else [])
+        of_chunks = iter(provider.embed_documents(chunks) if chunks else [])
+        for unit in part:  # in text order: a long text's chunks stay in order across slices
+            by_row[unit[0]].setdefault(unit[1], []).extend([next(of_chunks)] if unit[3] else next(of_texts))
+    return [
+        (work, [(name, number, vector) for name, of_field in by_row[work.id].items()
+                for number, vector in enumerate(of_field)])
+        for work in works
+    ]  # fmt: skip
 
 
 def _provider_works(provider: EmbeddingProvider) -> bool:
@@ -416,7 +599,7 @@ def _provider_works(provider: EmbeddingProvider) -> bool:
 
 
 def _isolate(
-    provider: EmbeddingProvider, works: list[Work], error: Exception
+    provider: EmbeddingProvider, works: list[Work], error: Exception, between: Callable[[], None] | None = None
 ) -> tuple[list[tuple[Work, list[Vector]]], list[tuple[Work, Exception]]]:
     """``works`` failed together (with ``error``) while the provider embeds other text: embed them by halves to find
     the rows that fail on their own (about 2 log2(n) calls for one such row in n)."""
@@ -427,9 +610,9 @@ def _isolate(
     middle = len(works) // 2
     for half in (works[:middle], works[middle:]):
         try:
-            done += _embed(provider, half)
+            done += _embed(provider, half, between)
         except Exception as exc:
-            more_done, more_failed = _isolate(provider, half, exc)
+            more_done, more_failed = _isolate(provider, half, exc, between)
             done += more_done
             failed += more_failed
     return done, failed

@@ -333,6 +333,9 @@ EMBEDDING_ONNX_DIR = Path(env_str("EMBEDDING_ONNX_DIR", str(DATA_DIR / "models")
 EMBEDDING_MAX_INPUT_CHARS = env_int("EMBEDDING_MAX_INPUT_CHARS", 0) or None
 # Tests only: the hash provider sleeps this long per embedding call, so a test can kill a worker mid-batch.
 EMBEDDING_HASH_DELAY_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_SECONDS", "0"))
+# Tests only: the hash provider costs this long per text (chunk) it embeds, one call at a time per process, as a
+# real model on one encode thread does (the fairness tests of the indexers).
+EMBEDDING_HASH_DELAY_PER_TEXT_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_PER_TEXT_SECONDS", "0"))
 
 # --- Encryption at rest (D4) ------------------------------------------------------------------------------------
 # "kid:base64key,kid2:base64key": 32-byte AES-256 keys; the first encrypts, all decrypt (apps.core.crypto).
@@ -361,6 +364,14 @@ INDEXING_MAX_ATTEMPTS = env_int("INDEXING_MAX_ATTEMPTS", 5)
 INDEXING_MAX_BACKOFF_SECONDS = env_int(
     "INDEXING_MAX_BACKOFF_SECONDS", env_int("MEMORY_INDEXING_MAX_BACKOFF_SECONDS", 3600)
 )
+# Fairness between users (D11). Each batch takes every user's oldest rows in turn, and the model gets at most this
+# much text per call: a longer text is embedded a slice of its chunks at a time, and between two slices the worker
+# indexes the rows of at most this much text that are waiting, on both indexers, so one user's long texts never hold
+# up another user's short ones for longer than a slice takes (about 0.3 s on one CPU core for MiniLM).
+INDEXING_SLICE_BYTES = env_int("INDEXING_SLICE_BYTES", 8192)
+# A cycle starts no batch after this long: it asks for another run instead, which waits behind the tasks queued
+# meanwhile (the other indexer's), so neither indexer holds the worker's threads for its whole backlog.
+INDEXING_CYCLE_MAX_SECONDS = float(env_str("INDEXING_CYCLE_MAX_SECONDS", "30"))
 
 # --- Semantic index (memory_vectors, pgvector HNSW) -------------------------------------------------------------
 # Beat's safety-net cycle: also how soon the rows a crashed worker had claimed are taken again (its claims die
@@ -399,6 +410,8 @@ CONVERSATION_AUTO_INDEX = env_bool("CONVERSATION_AUTO_INDEX", True)
 # Beat's safety-net run of the indexer: also how soon the entries a crashed worker had claimed are taken again.
 CONVERSATION_INDEXING_INTERVAL = env_int("CONVERSATION_INDEXING_INTERVAL", 10)
 CONVERSATION_INDEXING_BATCH_SIZE = env_int("CONVERSATION_INDEXING_BATCH_SIZE", 100)
+# A batch also ends at this much text (at least one entry), as MEMORY_INDEXING_BATCH_TEXT_BYTES.
+CONVERSATION_INDEXING_BATCH_TEXT_BYTES = env_int("CONVERSATION_INDEXING_BATCH_TEXT_BYTES", 256 * 1024)
 CELERY_BEAT_SCHEDULE["conversations-index"] = {
     "task": "apps.conversations.tasks.index_conversation_entries",
     "schedule": float(CONVERSATION_INDEXING_INTERVAL),
