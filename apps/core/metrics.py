@@ -56,6 +56,11 @@ UNDECRYPTABLE_VALUES = Counter(
     ["purpose", "key_id"],
 )
 SSE_PUBLISH_FAILURES = Counter("sse_publish_failures_total", "Committed events that could not be sent to Redis.")
+REDIS_CIRCUIT_OPEN = Gauge(
+    "redis_circuit_open", "1 while request paths skip Redis after it failed to answer (apps.core.redis_client).",
+    multiprocess_mode="livemax",
+)
+REDIS_CIRCUIT_TRIPS = Counter("redis_circuit_trips_total", "Times request paths stopped waiting on Redis.")
 
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:

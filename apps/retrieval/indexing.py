@@ -41,10 +41,11 @@ import redis
 from celery import current_app
 from django.conf import settings
 from django.db import connection
+from kombu.exceptions import OperationalError as KombuOperationalError
 from prometheus_client import Gauge
 
 from apps.core import metrics, readiness
-from apps.core.redis_client import get_client
+from apps.core.redis_client import RedisUnavailable, get_client, guarded
 from apps.retrieval import leases, vectors
 from apps.retrieval.embeddings import EmbeddingError, EmbeddingProvider, get_provider
 
@@ -522,14 +523,19 @@ class Indexer(ABC):
         publish costs more than the write's own SQL). The task clears the flag before it leases rows, so a write
         committed after that asks again; the TTL only guards against a task lost with its broker."""
         interval = getattr(settings, self.interval_setting)
-        if get_client().set(self._requested_key(), "1", nx=True, ex=interval * 2):
-            current_app.send_task(self.task_name)
+        # The broker is Redis too: while either does not answer, a write does not wait on it (redis_client.guarded);
+        # beat's periodic run indexes the row. No publish retries either, for the same reason.
+        with guarded(KombuOperationalError):
+            if get_client().set(self._requested_key(), "1", nx=True, ex=interval * 2):
+                current_app.send_task(self.task_name, retry=False)
 
     def request_run_quietly(self) -> None:
         """``request_run`` for ``transaction.on_commit`` hooks: a broker hiccup must not fail a committed write
         (beat's periodic run picks the row up)."""
         try:
             self.request_run()
+        except RedisUnavailable:
+            pass  # said once, when the circuit opened (apps.core.redis_client)
         except Exception:
             logger.warning("could not request an indexer run; the periodic run will pick the write up",
                            extra={"indexer": self.name})

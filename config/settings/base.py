@@ -235,6 +235,13 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the structured JSON logging of LOGGING below
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# A publish (an indexer wake-up after a write) to a broker that stopped answering without closing the connection
+# (frozen, partitioned) would otherwise wait forever; the worker's BRPOP returns every second, well within it.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 2}
+# After a Redis call on a request path failed for want of Redis (refused, or no answer within its 2 s timeout),
+# request paths skip Redis (indexer wake-ups, event publishing) until a background ping every this many seconds is
+# answered (apps.core.redis_client); beat's periodic runs and the publisher's owed invalidates catch up.
+REDIS_CIRCUIT_PROBE_SECONDS = float(env_str("REDIS_CIRCUIT_PROBE_SECONDS", "1"))
 CELERY_BEAT_SCHEDULE: dict = {}
 
 # --- Live event stream (D8) -------------------------------------------------------------------------------------
