@@ -121,11 +121,16 @@ WHITENOISE_USE_FINDERS = True  # serve admin and /docs assets without a collects
 # Largest JSON body accepted by any endpoint; a memory value may be 1 MiB serialized plus its index text.
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
-# How long the web server waits for a request's headers (from the connection's opening or the request's first byte)
-# and then for its body, before answering 408 and closing (apps.runtime.http_server); and the most header bytes it takes
-# (431 beyond). The body deadline is for the whole body: a 10 MiB upload needs about 175 KB/s at the default.
+# How long the web server waits for a request's headers (from the connection's opening or the request's first byte),
+# before answering 408 and closing (apps.runtime.http_server); and the most header bytes it takes (431 beyond).
 REQUEST_HEADER_TIMEOUT_SECONDS = float(env_str("REQUEST_HEADER_TIMEOUT_SECONDS", "10"))
+# A body must keep coming at REQUEST_BODY_MIN_BYTES_PER_SECOND on average after a grace of
+# REQUEST_BODY_TIMEOUT_SECONDS from the end of the headers (each byte moves the deadline on), and never take longer
+# than REQUEST_BODY_MAX_SECONDS: a 10 MiB upload goes through at 64 kbit/s, a client trickling bytes is cut off
+# after the grace (408).
 REQUEST_BODY_TIMEOUT_SECONDS = float(env_str("REQUEST_BODY_TIMEOUT_SECONDS", "60"))
+REQUEST_BODY_MIN_BYTES_PER_SECOND = env_int("REQUEST_BODY_MIN_BYTES_PER_SECOND", 8192)
+REQUEST_BODY_MAX_SECONDS = float(env_str("REQUEST_BODY_MAX_SECONDS", "1800"))
 REQUEST_MAX_HEADER_BYTES = env_int("REQUEST_MAX_HEADER_BYTES", 64 * 1024)
 # Deepest nesting of arrays/objects in any JSON body, the body itself being level 1 (apps.core.parsers). Checked on
 # the raw text before decoding, because decoding and everything after it recurse per level. 64 is twice what a
