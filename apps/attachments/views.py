@@ -285,7 +285,7 @@ class DownloadUrlView(APIView):
     def get(self, request: Request, id: str) -> Response:
         attachment = selectors.readable_attachment(request.user, path_uuid(id, "id"))
         expires_in = settings.ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN
-        token = signing.make_token(attachment.id, expires_in)
+        token = signing.make_token(attachment.id, expires_in, signer=(request.user.user_id, request.user.client_id))
         url = f"/v1/attachments/download/{token}/{quote(attachment.filename, safe='')}"
         return Response({"url": url, "expiresIn": expires_in})
 
@@ -299,7 +299,8 @@ class SignedDownloadView(APIView):
         tags=["attachments"],
         summary="Download through a signed URL",
         description="No Authorization: the signed, time-limited token authorizes the call (403 when it is invalid, "
-        "tampered with or expired; 404 when the file is gone). The filename segment is cosmetic.",
+        "tampered with or expired, or when whoever signed it can no longer read the file, e.g. a member removed from "
+        "the conversation since; 404 when the file is gone). The filename segment is cosmetic.",
         parameters=[
             OpenApiParameter("token", str, OpenApiParameter.PATH),
             OpenApiParameter("filename", str, OpenApiParameter.PATH),
@@ -307,8 +308,8 @@ class SignedDownloadView(APIView):
         responses={**_DOWNLOAD_RESPONSES, **error_responses(403, 404, 500)},
     )
     def get(self, request: Request, token: str, filename: str) -> HttpResponse:
-        attachment_id = signing.verify_token(token)
-        return download_response(request, selectors.get_visible(attachment_id))
+        attachment_id, signer = signing.verify_token(token)
+        return download_response(request, selectors.readable_by_signer(signer, attachment_id))
 
 
 class AdminAttachmentsView(RoleChecked, APIView):

@@ -408,7 +408,7 @@ def test_bad_signed_tokens_are_403(client_for):
         "garbage",
         "a.b",
         "%%%.%%%",
-        signing.make_token(uuid.UUID(meta["id"]), -1),  # expired
+        signing.make_token(uuid.UUID(meta["id"]), -1, signer=("bob", None)),  # expired
     ]
     anonymous = APIClient()
     for candidate in bad:
@@ -533,6 +533,50 @@ def test_conversation_readers_can_read_a_linked_attachment(client_for):
     assert_error(dave.get(meta["href"]), 403, "forbidden")  # a non-member
     assert bob.delete(f"/v1/conversations/{conversation_id}/memberships/charlie").status_code == 204
     assert_error(charlie.get(meta["href"]), 403, "forbidden")  # membership gone, access gone
+
+
+@pytest.mark.django_db
+def test_a_signed_link_stops_working_when_its_signer_loses_access(client_for):
+    """Issue 28 item 8: a removed member's signed link went on working until it expired (up to 300 s). The link is
+    checked at download time against whoever signed it."""
+    bob, charlie = client_for("bob"), client_for("charlie")
+    meta = upload_ok(bob, b"members only")
+    conversation_id = str(uuid.uuid4())
+    assert _append(bob, conversation_id, {"role": "USER", "attachmentId": meta["id"]}).status_code == 201
+    grant = {"userId": "charlie", "accessLevel": "reader"}
+    assert bob.post(f"/v1/conversations/{conversation_id}/memberships", grant, format="json").status_code == 201
+    charlies = charlie.get(f"{meta['href']}/download-url").json()["url"]
+    bobs = bob.get(f"{meta['href']}/download-url").json()["url"]
+    assert body_of(APIClient().get(charlies)) == b"members only"
+    assert APIClient().head(charlies).status_code == 200
+
+    assert bob.delete(f"/v1/conversations/{conversation_id}/memberships/charlie").status_code == 204
+    error = assert_error(APIClient().get(charlies), 403, "forbidden")
+    assert "no longer" in error["error"]
+    assert APIClient().head(charlies).status_code == 403
+    assert body_of(APIClient().get(bobs)) == b"members only"  # the uploader's own link still works
+
+
+@pytest.mark.django_db
+def test_a_signed_link_made_through_an_api_key_client_reads_as_that_client(client_for):
+    """A context entry's attachment is readable by its conversation's readers only through the entry's client
+    (D5, D7): so is a link one of them signed through that client, and not one signed without it."""
+    from tests.conftest import TEST_API_KEY
+
+    bob = client_for("bob")
+    charlie_direct, charlie_agent = client_for("charlie"), client_for("charlie", api_key=TEST_API_KEY)
+    bob_agent = client_for("bob", api_key=TEST_API_KEY)
+    meta = upload_ok(bob, b"agent context")
+    conversation_id = str(uuid.uuid4())
+    item = {"role": "USER", "attachmentId": meta["id"]}
+    response = bob_agent.post(f"/v1/conversations/{conversation_id}/entries",
+                              {"channel": "context", "content": [item]}, format="json")  # fmt: skip
+    assert response.status_code == 201, response.content
+    grant = {"userId": "charlie", "accessLevel": "reader"}
+    assert bob.post(f"/v1/conversations/{conversation_id}/memberships", grant, format="json").status_code == 201
+    assert_error(charlie_direct.get(f"{meta['href']}/download-url"), 403, "forbidden")
+    url = charlie_agent.get(f"{meta['href']}/download-url").json()["url"]
+    assert body_of(APIClient().get(url)) == b"agent context"
 
 
 @pytest.mark.django_db
