@@ -134,6 +134,18 @@ def _opened_stream(blob: storage.BlobReader, attachment: Attachment) -> Iterator
     return itertools.chain(() if first is None else (first,), pieces)
 
 
+def _check_opens(blob: storage.BlobReader, attachment: Attachment) -> None:
+    """What a GET checks before its headers go out, for a HEAD: the first piece read and authenticated (one piece,
+    not the blob), so both answer alike, 500 ``undecryptable`` included; the blob is closed either way."""
+    pieces = _stream(blob, attachment)
+    try:
+        next(pieces, None)
+    except crypto.DecryptionError:
+        raise errors.undecryptable("The attachment") from None
+    finally:
+        pieces.close()
+
+
 def download_response(request: Request, attachment: Attachment) -> HttpResponse:
     etag = f'"{attachment.sha256}"'
     active = is_active_type(attachment.content_type)
@@ -161,8 +173,11 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
         raise errors.not_found("Attachment not found.") from None  # deleted while this request ran
     if request.method == "HEAD":
         # The headers of the download and no body: the server would drop a streamed body anyway, but only after
-        # this thread had read (and decrypted) every byte of it.
-        blob.close()
+        # this thread had read (and decrypted) every byte of it. Only what the GET checks first is done.
+        if attachment.encrypted:
+            _check_opens(blob, attachment)
+        else:
+            blob.close()
         response = HttpResponse(b"", content_type=attachment.content_type)
     else:
         response = StreamingHttpResponse(_opened_stream(blob, attachment), content_type=attachment.content_type)
