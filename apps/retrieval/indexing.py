@@ -102,6 +102,10 @@ class _Candidate(NamedTuple):
     owner: Any
 
 
+class _StoreFailed(Exception):
+    """Carries an exception of ``Indexer.store`` out of ``_embed`` as itself (``__cause__``)."""
+
+
 class _Here(threading.local):
     """What this thread is doing: the rows it holds per lease kind (a turn between slices must not take them
     again: session locks are re-entrant), and whether it is inside such a turn (turns do not nest)."""
@@ -365,29 +369,42 @@ class Indexer(ABC):
             return
         failed: list[tuple[Work, Exception]] = []
         between = self._turns(provider, model)
+        stored: list[tuple[Work, list[Vector]]] = []
+
+        def store(finished: list[tuple[Work, list[Vector]]]) -> None:
+            # Each row as soon as its own text is embedded: a short row never waits for a long one of its batch.
+            try:
+                report.indexed += self.store(finished, model)
+            except Exception as exc:
+                raise _StoreFailed from exc
+            stored.extend(finished)
+
         try:
-            done = _embed(provider, works, between)
+            _embed(provider, works, between, store)
+        except _StoreFailed as exc:
+            raise exc.__cause__ from None  # the database's failure, not the provider's nor a row's
         except Exception as exc:
+            left = [work for work in works if work.id not in {done.id for done, _vectors in stored}]
             if not _provider_works(provider):
                 logger.warning(
                     "embedding provider failed; the cycle stops and the rows stay pending",
-                    extra={"indexer": self.name, "rows": len(works)}, exc_info=True,
+                    extra={"indexer": self.name, "rows": len(left)}, exc_info=True,
                 )  # fmt: skip
-                report.failed += len(works)
+                report.failed += len(left)
                 report.stalled = True
                 if isinstance(exc, EmbeddingError):
                     return
                 raise
-            done, failed = _isolate(provider, works, exc, between)
+            done, failed = _isolate(provider, left, exc, between)
+            if done:
+                store(done)
         for work, exc in failed:
             self._row_failed(loaded[work.id], "embedding", {"error": type(exc).__name__}, report)
-        if done:
-            report.indexed += self.store(done, model)
         logger.info(
             "rows indexed",
             extra={
-                "indexer": self.name, "rows": len(done), "failed": len(rows) - len(done),
-                "vectors": sum(len(vectors_of_row) for _work, vectors_of_row in done),
+                "indexer": self.name, "rows": len(stored), "failed": len(rows) - len(stored),
+                "vectors": sum(len(vectors_of_row) for _work, vectors_of_row in stored),
                 "seconds": round(time.perf_counter() - started, 3),
             },
         )  # fmt: skip
@@ -554,16 +571,22 @@ class Indexer(ABC):
 
 
 def _embed(
-    provider: EmbeddingProvider, works: list[Work], between: Callable[[], None] | None = None
+    provider: EmbeddingProvider,
+    works: list[Work],
+    between: Callable[[], None] | None = None,
+    finished: Callable[[list[tuple[Work, list[Vector]]]], None] | None = None,
 ) -> list[tuple[Work, list[Vector]]]:
     """Every text of ``works`` chunked and embedded, handed back per row, in slices of about INDEXING_SLICE_BYTES
-    of text, ``between`` running between two slices. A text longer than a slice is cut into the model's chunks
-    first (``provider.chunk``), which are then embedded whole, a slice of them at a time (the vectors are those of
-    embedding the text in one call); shorter texts go to ``embed_chunked`` as they are, many to a call."""
+    of text, ``between`` running between two slices and ``finished`` getting the rows whose texts are all embedded
+    after each slice. Shortest rows first, so a batch's short rows are done with its first slice. A text longer than
+    a slice is cut into the model's chunks first (``provider.chunk``), which are then embedded whole, a slice of them
+    at a time (the vectors are those of embedding the text in one call); shorter texts go to ``embed_chunked`` as
+    they are, many to a call."""
     budget = max(1, settings.INDEXING_SLICE_BYTES)
+    order = sorted(works, key=lambda work: sum(len(text) for _name, text in work.texts))
     # One unit per text that fits a slice, one per chunk of a longer one: (row id, field, text, is a chunk).
     units: list[tuple[Any, Any, str, bool]] = []
-    for work in works:
+    for work in order:
         for name, text in work.texts:
             if not text.strip():
                 continue
@@ -579,8 +602,17 @@ def _embed(
             size = 0
         slices[-1].append(unit)
         size += len(unit[2])
-    by_row: dict[Any, dict[Any, list[list[float]]]] = {work.id: {} for work in works}
+    last_slice = {work.id: 0 for work in works}  # rows with nothing to embed are done with the first slice
     for number, part in enumerate(slices):
+        for unit in part:
+            last_slice[unit[0]] = number
+    by_row: dict[Any, dict[Any, list[list[float]]]] = {work.id: {} for work in works}
+
+    def result(work: Work) -> tuple[Work, list[Vector]]:
+        return work, [(name, number, vector) for name, of_field in by_row[work.id].items()
+                      for number, vector in enumerate(of_field)]  # fmt: skip
+
+    for number, part in enumerate(slices or [[]]):
         if number and between is not None:
             between()
         texts = [unit[2] for unit in part if not unit[3]]
@@ -589,11 +621,11 @@ def _embed(
         of_chunks = iter(provider.embed_documents(chunks) if chunks else [])
         for unit in part:  # in text order: a long text's chunks stay in order across slices
             by_row[unit[0]].setdefault(unit[1], []).extend([next(of_chunks)] if unit[3] else next(of_texts))
-    return [
-        (work, [(name, number, vector) for name, of_field in by_row[work.id].items()
-                for number, vector in enumerate(of_field)])
-        for work in works
-    ]  # fmt: skip
+        if finished is not None:
+            done = [result(work) for work in order if last_slice[work.id] == number]
+            if done:
+                finished(done)
+    return [result(work) for work in works]
 
 
 def _provider_works(provider: EmbeddingProvider) -> bool:
