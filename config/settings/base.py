@@ -379,8 +379,9 @@ INDEXING_MAX_BACKOFF_SECONDS = env_int(
 # Fairness between users (D11). Each batch takes every user's oldest rows in turn, and the model gets at most this
 # much text per call: a longer text is embedded a slice of its chunks at a time, and between two slices the worker
 # indexes the rows of at most this much text that are waiting, on both indexers, so one user's long texts never hold
-# up another user's short ones for longer than a slice takes (about 0.3 s on one CPU core for MiniLM).
-INDEXING_SLICE_BYTES = env_int("INDEXING_SLICE_BYTES", 8192)
+# up another user's short ones for longer than about two slices take (two worker threads share the model; a slice
+# of 4 KiB is about 9 chunks of the local model: 0.3 s on a 2-core machine under load, 8 KiB took twice that).
+INDEXING_SLICE_BYTES = env_int("INDEXING_SLICE_BYTES", 4096)
 # A cycle starts no batch after this long: it asks for another run instead, which waits behind the tasks queued
 # meanwhile (the other indexer's), so neither indexer holds the worker's threads for its whole backlog.
 INDEXING_CYCLE_MAX_SECONDS = float(env_str("INDEXING_CYCLE_MAX_SECONDS", "30"))
