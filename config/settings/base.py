@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "apps.core.middleware.ApiCsrfViewMiddleware",
     "apps.core.middleware.ApiAuthenticationMiddleware",
+    "apps.identity.admin_session.AdminSessionMiddleware",  # an OIDC admin session ends with its grant
     "apps.core.middleware.ApiMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -217,6 +218,10 @@ OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", "")
 OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", "")
 OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
 ADMIN_OIDC_ENABLED = bool(OIDC_ISSUER_URL and OIDC_RP_CLIENT_ID)
+# An OIDC admin session lasts as long as the access token its login got, and never longer than this: then the
+# operator logs in again and the provider says again whether they hold ADMIN_ROLE (checked on every admin request,
+# as the role itself: apps.identity.admin_session).
+ADMIN_OIDC_SESSION_MAX_SECONDS = env_int("ADMIN_OIDC_SESSION_MAX_SECONDS", 900)
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 if ADMIN_OIDC_ENABLED:
     AUTHENTICATION_BACKENDS.insert(0, "apps.identity.admin_oidc.AdminOIDCBackend")
