@@ -7,9 +7,15 @@ framework does the rest, the same way for both:
 * **Leases.** A cycle takes a batch with session-level advisory locks held by the worker's connection
   (apps.retrieval.leases): live workers never embed the same row at once, a slow model never blocks a write on the row,
   and a worker killed mid-batch holds nothing once PostgreSQL sees its connection close, so the next cycle of any
-  worker (beat runs one every interval) takes those rows again. Candidates are the oldest due rows; more are asked
-  for than the batch, so rows other workers hold do not leave this one idle, and the leased rows are re-read (a row
-  finished by another worker between the query and the lease is not done twice).
+  worker (beat runs one every interval) takes those rows again. More candidates are asked for than the batch, so
+  rows other workers hold do not leave this one idle, and the leased rows are re-read (a row finished by another
+  worker between the query and the lease is not done twice).
+* **Fairness between users** (D11). Candidates are each owner's oldest due rows, taken in turn, in a rotation that
+  resumes after the last owner served (``Indexer.claim``), so one user's backlog gets one share of a batch. The
+  model gets at most INDEXING_SLICE_BYTES of text per call (a longer text a slice of its chunks at a time); between
+  two slices the thread indexes the short texts waiting on every indexer (``Indexer._turns``), and each row is
+  stored as soon as its own text is embedded, shortest first: one user's long texts never hold up another user's
+  short ones for longer than a slice or two. A cycle starts no batch after INDEXING_CYCLE_MAX_SECONDS.
 * **Per-row failures.** A row that cannot be turned into text (:class:`RowError`, e.g. a value the key ring cannot
   decrypt) or whose text fails to embed while the provider embeds other text fine is that row's failure alone: the
   rest of its batch is embedded (the failing rows are found by halving the batch), and the row is retried after
@@ -262,8 +268,8 @@ class Indexer(ABC):
             cap = getattr(settings, self.batch_text_bytes_setting) if self.batch_text_bytes_setting else None
         by_id = {c.id: c for c in candidates}
         if cap is not None:
-            # A few rows with 256 KiB of text each take minutes to embed, and a batch is searchable only when all
-            # of it is stored. A row that does not fit is left for a later batch; smaller ones behind it still go.
+            # A few rows with 256 KiB of text each take minutes to embed, and the rotation moves on only when a
+            # batch ends. A row that does not fit is left for a later batch; smaller ones behind it still go.
             kept, left, total = [], [], 0
             for row_id in mine:
                 size = by_id[row_id].size or 0

@@ -19,7 +19,7 @@ from apps.core import redis_client
 from apps.events import publisher, streams
 from apps.memories import tasks as memory_tasks
 from apps.runtime.embedded_services import RestartableValkey
-from tests.conversations.support import append_ok, new_id, search
+from tests.conversations.support import append_ok, new_id, search, sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,7 +92,9 @@ def test_writes_wait_on_a_frozen_valkey_once_and_everything_is_indexed_and_told_
     response = bob.post("/v1/memories/search", {"namespace_prefix": NS, "query": "glacier survey", "limit": 10},
                         format="json")  # fmt: skip
     assert {item["key"] for item in response.json()["items"]} >= {f"m{index}" for index in range(6)}
-    assert {item["entryId"] for item in search(bob, "glacier survey entry", limit=50)["data"]} >= {entries[-1]}
+    assert sql("SELECT count(*) FROM conversation_entries WHERE id = ANY(%s::uuid[]) AND NOT embedding_pending "
+               "AND indexed_content IS NOT NULL", [entries])[0][0] == 6  # fmt: skip
+    assert {item["conversationId"] for item in search(bob, "glacier survey entry")["data"]} == {cid}
     # The conversation's members are told to refetch (the events of the freeze were not sent).
     client = redis.Redis.from_url(valkey.url)
 
