@@ -32,10 +32,12 @@ def start_worker(
     beat: bool = True,
     pool: str = "threads",
     procfile_command: bool = False,
+    concurrency: int = 1,
     **env: str,
 ) -> tuple[subprocess.Popen, Path]:
-    """A real Celery worker; ``pool`` defaults to the Procfile's (threads: one process embeds). With
-    ``procfile_command``, started as the Procfile starts it (``python -m config.worker``; no beat)."""
+    """A real Celery worker; ``pool`` defaults to the Procfile's (threads: one process embeds), ``concurrency`` to 1
+    (the Procfile's is 2). With ``procfile_command``, started as the Procfile starts it (``python -m config.worker``;
+    no beat)."""
     from psycopg.conninfo import make_conninfo
 
     connection.ensure_connection()
@@ -60,11 +62,11 @@ def start_worker(
     }
     command = [
         sys.executable, "-m", "celery", "-A", "config", "worker",
-        "--pool", pool, "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+        "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle",
     ]
     if procfile_command:
         assert not beat, "python -m config.worker runs no embedded beat"
-        command = [sys.executable, "-m", "config.worker", "--pool", pool, "--concurrency", "1", "--loglevel", "INFO"]
+        command = [sys.executable, "-m", "config.worker", "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "INFO"]
     elif beat:
         command += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
     with open(log, "wb") as output:

@@ -106,8 +106,17 @@ def indexer_wakeups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from apps.retrieval import indexing
 
     sent: list[str] = []
-    monkeypatch.setattr(indexing, "current_app", SimpleNamespace(send_task=sent.append))
+    monkeypatch.setattr(indexing, "current_app", SimpleNamespace(send_task=lambda name, **_options: sent.append(name)))
     return sent
+
+
+@pytest.fixture(autouse=True)
+def _redis_circuit_closed() -> None:
+    """Each test starts with the Redis circuit closed (apps.core.redis_client): one that made Redis fail must not
+    leave the next test skipping Redis until the background ping closes it."""
+    from apps.core.redis_client import breaker
+
+    breaker.reset()
 
 
 @pytest.fixture

@@ -69,6 +69,18 @@ def readable_attachment(principal: Principal, attachment_id: uuid.UUID) -> Attac
     raise errors.forbidden("You do not have access to this attachment.")
 
 
+def readable_by_signer(signer: tuple[str, str | None], attachment_id: uuid.UUID) -> Attachment:
+    """The attachment of a signed download link, if whoever signed the link may still read it (as
+    ``readable_attachment``, now: access withdrawn since the link was made ends the link too). 404 when it is gone."""
+    user_id, client_id = signer
+    try:
+        return readable_attachment(Principal(user_id=user_id, client_id=client_id, roles=()), attachment_id)
+    except errors.ApiError as exc:
+        if exc.status != 403:
+            raise
+        raise errors.forbidden("The download link is no longer valid: whoever made it can no longer read the file.") from None
+
+
 def admin_get(attachment_id: uuid.UUID) -> Attachment:
     """Any ready attachment, as the admin list shows them (expired ones awaiting the sweep included)."""
     attachment = Attachment.objects.filter(id=attachment_id, status=AttachmentStatus.READY).first()

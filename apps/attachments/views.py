@@ -153,6 +153,17 @@ def _missing_blob(attachment: Attachment) -> errors.ApiError:
     )
     return errors.blob_missing("The attachment")
 
+def _check_opens(blob: storage.BlobReader, attachment: Attachment) -> None:
+    """What a GET checks before its headers go out, for a HEAD: the first piece read and authenticated (one piece,
+    not the blob), so both answer alike, 500 ``undecryptable`` included; the blob is closed either way."""
+    pieces = _stream(blob, attachment)
+    try:
+        next(pieces, None)
+    except crypto.DecryptionError:
+        raise errors.undecryptable("The attachment") from None
+    finally:
+        pieces.close()
+
 
 def download_response(request: Request, attachment: Attachment) -> HttpResponse:
     etag = f'"{attachment.sha256}"'
@@ -181,8 +192,11 @@ def download_response(request: Request, attachment: Attachment) -> HttpResponse:
         raise _missing_blob(attachment) from None
     if request.method == "HEAD":
         # The headers of the download and no body: the server would drop a streamed body anyway, but only after
-        # this thread had read (and decrypted) every byte of it.
-        blob.close()
+        # this thread had read (and decrypted) every byte of it. Only what the GET checks first is done.
+        if attachment.encrypted:
+            _check_opens(blob, attachment)
+        else:
+            blob.close()
         response = HttpResponse(b"", content_type=attachment.content_type)
     else:
         response = StreamingHttpResponse(_opened_stream(blob, attachment), content_type=attachment.content_type)
@@ -306,7 +320,7 @@ class DownloadUrlView(APIView):
     def get(self, request: Request, id: str) -> Response:
         attachment = selectors.readable_attachment(request.user, path_uuid(id, "id"))
         expires_in = settings.ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN
-        token = signing.make_token(attachment.id, expires_in)
+        token = signing.make_token(attachment.id, expires_in, signer=(request.user.user_id, request.user.client_id))
         url = f"/v1/attachments/download/{token}/{quote(attachment.filename, safe='')}"
         return Response({"url": url, "expiresIn": expires_in})
 
@@ -320,7 +334,8 @@ class SignedDownloadView(APIView):
         tags=["attachments"],
         summary="Download through a signed URL",
         description="No Authorization: the signed, time-limited token authorizes the call (403 when it is invalid, "
-        "tampered with or expired; 404 when the file is gone). The filename segment is cosmetic.",
+        "tampered with or expired, or when whoever signed it can no longer read the file, e.g. a member removed from "
+        "the conversation since; 404 when the file is gone). The filename segment is cosmetic.",
         parameters=[
             OpenApiParameter("token", str, OpenApiParameter.PATH),
             OpenApiParameter("filename", str, OpenApiParameter.PATH),
@@ -328,8 +343,8 @@ class SignedDownloadView(APIView):
         responses={**_DOWNLOAD_RESPONSES, **error_responses(403, 404)},
     )
     def get(self, request: Request, token: str, filename: str) -> HttpResponse:
-        attachment_id = signing.verify_token(token)
-        return download_response(request, selectors.get_visible(attachment_id))
+        attachment_id, signer = signing.verify_token(token)
+        return download_response(request, selectors.readable_by_signer(signer, attachment_id))
 
 
 class AdminAttachmentsView(RoleChecked, APIView):

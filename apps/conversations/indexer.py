@@ -46,6 +46,11 @@ class ConversationIndexer(indexing.Indexer):
     lease_kind = leases.CONVERSATION_INDEXING
     table = "conversation_entries"
     from_sql = "conversation_entries t JOIN conversations c ON c.id = t.conversation_id AND c.deleted_at IS NULL"
+    owner_sql = "t.user_id"  # fairness is between the users who wrote the entries
+    live_sql = "(SELECT c.deleted_at IS NULL FROM conversations c WHERE c.id = t.conversation_id)"
+    # The index text, or (not derived yet) the sealed content it comes from: a little more than its text.
+    size_sql = "coalesce(octet_length(t.indexed_content), octet_length(t.content))"
+    batch_text_bytes_setting = "CONVERSATION_INDEXING_BATCH_TEXT_BYTES"
     readiness_key = "conversation_indexer"
     backlog_gauge = metrics.CONVERSATION_INDEXER_BACKLOG
     lag_gauge = metrics.CONVERSATION_INDEXER_LAG
@@ -71,6 +76,10 @@ class ConversationIndexer(indexing.Indexer):
                 [ids],
             )
             return cursor.fetchall()
+
+    def same_text_sql(self, row: tuple) -> tuple[str, list]:
+        # POST /v1/conversations/index replaces an entry's index text in place.
+        return "t.indexed_content IS NOT DISTINCT FROM %s", [row[3]]
 
     def work(self, row: tuple) -> Work:
         entry_id, conversation_id, root_id, indexed, content = row

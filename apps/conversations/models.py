@@ -97,6 +97,17 @@ class Entry(IndexState):
             models.Index(
                 fields=["created_at", "id"], name="conv_entries_embed", condition=Q(embedding_pending=True)
             ),
+            # The indexer's fair rotation between writers (apps.retrieval.indexing: Indexer.claim), per arm.
+            models.Index(
+                fields=["user_id", "created_at", "id"],
+                name="conv_entries_embed_owner",
+                condition=Q(embedding_pending=True, index_quarantined_at__isnull=True),
+            ),
+            models.Index(
+                fields=["user_id", "created_at", "id"],
+                name="conv_entries_unindexed_owner",
+                condition=Q(indexed_content__isnull=True, channel="history", index_quarantined_at__isnull=True),
+            ),
             # Quarantined entries (apps.retrieval.indexing): counted for /readyz and /metrics after every cycle.
             models.Index(
                 fields=["index_quarantined_at"],

@@ -66,6 +66,12 @@ RATE_LIMIT_UNAVAILABLE = Counter(
 )
 QUOTA_EXCEEDED = Counter("quota_exceeded_total", "Writes refused with 403 quota_exceeded, by quota.", ["quota"])
 
+REDIS_CIRCUIT_OPEN = Gauge(
+    "redis_circuit_open", "1 while request paths skip Redis after it failed to answer (apps.core.redis_client).",
+    multiprocess_mode="livemax",
+)
+REDIS_CIRCUIT_TRIPS = Counter("redis_circuit_trips_total", "Times request paths stopped waiting on Redis.")
+
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:
     REQUEST_LATENCY.labels(method, route, str(status)).observe(seconds)

@@ -263,7 +263,7 @@ class SqlKeyset:
             params += list(after)
         direction = "DESC" if self.descending else "ASC"
         sql = (
-            f"{self.select_from} WHERE {' AND '.join(where)} "
+            f"{self.select_from} {'WHERE ' + ' AND '.join(where) if where else ''} "
             f"ORDER BY {position_column} {direction}, {id_column} {direction} LIMIT %s"
         )
         with connection.cursor() as db:

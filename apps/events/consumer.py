@@ -12,6 +12,12 @@ Served by config.asgi next to the REST API on the same port (apps.events.routing
 5. Write events as they come, a ``: keepalive`` comment after ``SSE_KEEPALIVE_SECONDS`` of silence; end after an
    ``evicted`` event (slow consumer, connection limit, the caller's token expired). A client disconnect cancels the writer; every exit
    unsubscribes and releases the slot.
+
+The clean-up after a stream (``_release``) is synchronous and runs once, whatever ends the stream: the writer may be
+cancelled again while it cleans up (a cancel of the consumer's task reaches the writer it awaits), and an ``await``
+in that clean-up let the second cancel skip the rest. After bursts of clients dropping their streams, the
+``sse_connections`` gauge counted 84 streams with none open (issue 28 item 10). The slot's removal from Redis runs
+on its own task, not awaited.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ class EventStreamConsumer(AsyncHttpConsumer):
         self._finished = asyncio.Event()
         self._writer: asyncio.Task | None = None
         self._expiry: asyncio.TimerHandle | None = None
+        self._subscriber: Subscriber | None = None  # registered with the hub, holding a slot, counted: _release
+        self._opened_at = 0.0
+        self._closed_by = "client"
 
         async def receive_or_finished():
             # When the writer ends the stream itself, the consumer must stop too; uvicorn only reports a
@@ -87,10 +96,13 @@ class EventStreamConsumer(AsyncHttpConsumer):
         await self.handle(b"")
 
     async def disconnect(self) -> None:
-        if self._writer is not None and not self._writer.done():
-            self._writer.cancel()
+        writer = self._writer
+        if writer is not None and not writer.done():
+            writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
+                # Shielded: were this task cancelled now, the writer would be cancelled again mid clean-up.
+                await asyncio.shield(writer)
+        self._release()  # a writer cancelled before it ever ran cleaned up nothing
 
     async def handle(self, body: bytes) -> None:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.scope["headers"]}
@@ -152,6 +164,8 @@ class EventStreamConsumer(AsyncHttpConsumer):
             ],
         )
         await self.send_body(b"", more_body=True)
+        self._subscriber, self._opened_at = subscriber, time.perf_counter()
+        metrics.SSE_CONNECTIONS.inc()  # from here on, counted until _release
         loop = asyncio.get_running_loop()
         if expires_in is not None:
             # The stream lives no longer than the token it was opened with (a REST call with it would be a 401
@@ -181,11 +195,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
         self._finished.set()
 
     async def _stream(self, subscriber: Subscriber, evicted: list[bytes], last_event_id: str) -> None:
-        hub = get_hub()
         client = get_async_client()
-        started = time.perf_counter()
-        metrics.SSE_CONNECTIONS.inc()
-        reason = "client"
         try:
             if evicted:
                 await _close_connections(client, subscriber.user_id, [member.decode() for member in evicted])
@@ -201,8 +211,8 @@ class EventStreamConsumer(AsyncHttpConsumer):
                         continue  # already replayed
                     floor = None
                 if item.close_reason is not None:
-                    reason = item.close_reason
-                    metrics.SSE_DISCONNECTS.labels(reason).inc()
+                    self._closed_by = item.close_reason
+                    metrics.SSE_DISCONNECTS.labels(item.close_reason).inc()
                     await self._write_final(item)
                     return
                 more = []
@@ -218,26 +228,39 @@ class EventStreamConsumer(AsyncHttpConsumer):
                 await self.send_body(block, more_body=True)
                 metrics.SSE_EVENTS_SENT.inc(1 + len(more))
         finally:
-            if self._expiry is not None:
-                self._expiry.cancel()
-            hub.unregister(subscriber)
-            with contextlib.suppress(redis.RedisError, RuntimeError):
-                await asyncio.shield(client.zrem(streams.connections_key(subscriber.user_id), subscriber.connection_id))
-            # Counted gone once nothing of it is left, its slot in the per-user limit included.
-            metrics.SSE_CONNECTIONS.dec()
-            token = set_request_id(self.request_id)
-            access_log.info(
-                "request",
-                extra={
-                    "method": "GET",
-                    "route": _ROUTE,
-                    "status": 200,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                    "closed_by": reason,
-                },
+            self._release()
+
+    def _release(self) -> None:
+        """Everything a stream holds, given back once and without an ``await`` (see the module docstring)."""
+        subscriber, self._subscriber = self._subscriber, None
+        if subscriber is None:
+            return
+        if self._expiry is not None:
+            self._expiry.cancel()
+        get_hub().unregister(subscriber)
+        try:
+            removal = asyncio.ensure_future(
+                get_async_client().zrem(streams.connections_key(subscriber.user_id), subscriber.connection_id)
             )
-            reset_request_id(token)
-            self._finished.set()
+        except RuntimeError:  # no running loop any more (shutdown): the slot expires with its key
+            metrics.SSE_CONNECTIONS.dec()
+        else:
+            # Counted gone once nothing of it is left, its slot in the per-user limit included. A done callback runs
+            # however the removal ends (done, failed, cancelled).
+            removal.add_done_callback(_slot_released)
+        token = set_request_id(self.request_id)
+        access_log.info(
+            "request",
+            extra={
+                "method": "GET",
+                "route": _ROUTE,
+                "status": 200,
+                "duration_ms": round((time.perf_counter() - self._opened_at) * 1000, 2),
+                "closed_by": self._closed_by,
+            },
+        )
+        reset_request_id(token)
+        self._finished.set()
 
     async def _write_final(self, item: Item) -> None:
         """The ``evicted`` event, then the end of the response (bounded by the deadline armed at eviction)."""
@@ -276,6 +299,14 @@ class EventStreamConsumer(AsyncHttpConsumer):
             entries = await client.xrange(key, min=f"({last}", max="+", count=_REPLAY_PAGE)
             more = len(entries) == _REPLAY_PAGE
         return floor
+
+
+def _slot_released(removal: asyncio.Future) -> None:
+    """The stream is gone. A slot Redis could not remove expires with the user's slot set (streams.slot_ttl)."""
+    metrics.SSE_CONNECTIONS.dec()
+    error = None if removal.cancelled() else removal.exception()
+    if error is not None:
+        logger.info("could not release an event stream's slot; it expires", extra={"error": type(error).__name__})
 
 
 def _token_lifetime(claims: dict) -> float | None:

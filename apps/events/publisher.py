@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import transaction
 
 from apps.core import metrics
-from apps.core.redis_client import get_client
+from apps.core.redis_client import breaker, get_client, guarded
 from apps.events import streams
 from apps.sharing.access import AccessLevel, conversation_members
 
@@ -117,12 +117,15 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
             return
         missed = _take_missed()
     try:
-        pipe = get_client().pipeline(transaction=False)
-        _append_invalidates(pipe, missed)
-        for args in streams.fan_out_args(recipients, "e", payload):  # one call per batch of users, not per user
-            pipe.eval(*args)
-        pipe.execute()
-    except redis.RedisError as exc:
+        with guarded():  # while Redis does not answer, a write does not wait on it (apps.core.redis_client)
+            pipe = get_client().pipeline(transaction=False)
+            _append_invalidates(pipe, missed)
+            for args in streams.fan_out_args(recipients, "e", payload):  # one call per batch of users, not per user
+                pipe.eval(*args)
+            pipe.execute()
+    except Exception as exc:
+        # Whatever failed (Redis, or anything else), the invalidates this send took stay owed, and so does its own
+        # event: the recovery thread delivers them.
         with _lock:
             _restore_missed(missed)
             _remember(recipients)
@@ -130,7 +133,9 @@ def _send(recipients: list[str], payload: bytes, kind: str) -> None:
         metrics.SSE_PUBLISH_FAILURES.inc()
         # Never the payload: ids only, but the log line need not carry them either.
         logger.warning(
-            "event publish failed", extra={"kind": kind, "recipients": len(recipients), "error": type(exc).__name__}
+            "event publish failed",
+            extra={"kind": kind, "recipients": len(recipients), "error": type(exc).__name__},
+            exc_info=not isinstance(exc, redis.RedisError),
         )
         return
     if missed:
@@ -189,6 +194,7 @@ def _recover(generation: int) -> None:
             _append_invalidates(pipe, missed)
             pipe.ping()
             pipe.execute()
+            breaker.answered()
         except Exception as exc:  # Redis down, or anything else: the thread never dies with _recovering still set
             if not isinstance(exc, redis.RedisError):
                 logger.exception("event publish recovery failed")

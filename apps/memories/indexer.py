@@ -27,6 +27,8 @@ class MemoryIndexer(indexing.Indexer):
     lease_kind = leases.MEMORY_INDEXING
     table = "memories"
     from_sql = "memories t"
+    # The owner's subtree (["user", <id>] under the built-in policies): fairness is between those.
+    owner_sql = "t.namespace[1:2]"
     size_sql = "octet_length(t.indexed_content::text)"
     readiness_key = "indexer"
     backlog_gauge = metrics.INDEXER_BACKLOG

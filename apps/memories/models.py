@@ -91,6 +91,13 @@ class Memory(IndexState):
                 name="memories_index_queue",
                 condition=Q(index_status="pending") | (Q(index_status="indexed") & ~Q(state="active")),
             ),
+            # The indexer's fair rotation (apps.retrieval.indexing: Indexer.claim): the owners with versions to
+            # embed, one index step from each to the next, and each owner's oldest.
+            models.Index(
+                SliceTransform(1, 2, "namespace"), F("created_at"), F("id"),
+                name="memories_index_owner_queue",
+                condition=Q(index_status="pending", state="active", index_quarantined_at__isnull=True),
+            ),
             # Quarantined versions (apps.retrieval.indexing): counted for /readyz and /metrics after every cycle.
             models.Index(
                 fields=["index_quarantined_at"],

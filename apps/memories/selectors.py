@@ -363,11 +363,17 @@ def list_events(principal: Principal, query: EventQuery) -> dict:
         events.append(event)
     # The cursor always points after the last event seen, so a client can keep polling for newer events. An empty
     # page read everything before the horizon: every event still to come sorts after (horizon, 0), so the cursor
-    # moves there (never back), and a poller with nothing new yet still gets a cursor to continue from.
+    # moves there (never back), and a poller with nothing new yet still gets a cursor to continue from. Except past
+    # the reader's own transaction, when it has written (one that composes writes and reads, the tests): its later
+    # events sort at (own, next seq), and the horizon passes it as soon as a newer transaction commits anywhere on
+    # the server (ids are the server's), which hid those events from the cursor.
     if rows:
         position = (rows[-1][0], rows[-1][1])
     else:
-        position = max(after_position or (0, 0), (horizon.oldest_running, 0))
+        reach = (horizon.oldest_running, 0)
+        if horizon.own is not None:
+            reach = min(reach, (horizon.own, 0))
+        position = max(after_position or (0, 0), reach)
     return {"events": events, "after_cursor": encode_event_cursor(position)}
 
 

@@ -6,9 +6,12 @@ stalled, ``/healthz`` included. It also answers a URL longer than the parser tak
 cannot parse with a ``text/plain`` 400. Here:
 
 - the headers must be complete within ``REQUEST_HEADER_TIMEOUT_SECONDS`` of a connection's opening or of a
-  request's first byte, and the body within ``REQUEST_BODY_TIMEOUT_SECONDS`` of the end of the headers; a client
-  too slow gets a JSON 408 ``request_timeout`` and the connection is closed (an answer already under way is just
-  cut off). Between requests uvicorn's keep-alive timeout applies as before;
+  request's first byte. The body must keep coming at ``REQUEST_BODY_MIN_BYTES_PER_SECOND`` on average: by ``t``
+  seconds after the end of the headers, ``(t - REQUEST_BODY_TIMEOUT_SECONDS) * rate`` bytes must have arrived, so
+  every byte received moves the deadline on (a slow link uploads a 10 MiB attachment however long it takes at that
+  rate, a client trickling a byte now and then is cut off after the grace), and no body takes longer than
+  ``REQUEST_BODY_MAX_SECONDS``. A client too slow gets a JSON 408 ``request_timeout`` and the connection is closed
+  (an answer already under way is just cut off). Between requests uvicorn's keep-alive timeout applies as before;
 - a URL over ``MAX_URL_BYTES`` is a JSON 414 ``uri_too_long``, request headers over ``REQUEST_MAX_HEADER_BYTES``
   a JSON 431 ``headers_too_large`` (counted as they arrive: a header that never ends is refused too), and any
   other unparsable request a JSON 400, each closing the connection.
@@ -50,6 +53,10 @@ class ServiceHttpProtocol(HttpToolsProtocol):
 
         self._header_timeout = settings.REQUEST_HEADER_TIMEOUT_SECONDS
         self._body_timeout = settings.REQUEST_BODY_TIMEOUT_SECONDS
+        self._body_min_rate = max(1, settings.REQUEST_BODY_MIN_BYTES_PER_SECOND)
+        self._body_max_seconds = settings.REQUEST_BODY_MAX_SECONDS
+        self._body_since: float | None = None  # loop time the current request's headers ended, while its body comes
+        self._body_bytes = 0
         self._max_header_bytes = settings.REQUEST_MAX_HEADER_BYTES
         self._deadline: asyncio.TimerHandle | None = None
         self._url_bytes = 0
@@ -86,17 +93,33 @@ class ServiceHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._url_bytes = self._header_bytes = 0
+        self._body_since = None
         self._arm(self._header_timeout)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._arm(self._body_timeout)
+        self._body_since, self._body_bytes = self.loop.time(), 0
+        self._arm(min(self._body_timeout, self._body_max_seconds))
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        # Only counted here; the timer, when it fires, works out how far these bytes moved the deadline (one
+        # timer per request, not a re-arm per packet).
+        self._body_bytes += len(body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._disarm()
         self._in_head, self._head_bytes = True, 0
+        self._body_since = None
         super().on_message_complete()
+
+    def _body_deadline(self) -> float:
+        """When the body being received is too slow: the grace, plus the time its bytes so far buy at the minimum
+        rate, never past the absolute cap."""
+        assert self._body_since is not None
+        earned = self._body_timeout + self._body_bytes / self._body_min_rate
+        return self._body_since + min(earned, self._body_max_seconds)
 
     def _arm(self, seconds: float) -> None:
         self._disarm()
@@ -109,6 +132,11 @@ class ServiceHttpProtocol(HttpToolsProtocol):
 
     def _too_slow(self) -> None:
         self._deadline = None
+        if self._body_since is not None and not self._refused:
+            left = self._body_deadline() - self.loop.time()
+            if left > 0:  # the body kept coming: its deadline moved on
+                self._arm(left)
+                return
         headers_done = self.cycle is not None and self.cycle.scope is self.scope
         part = "body" if headers_done else "headers"
         self._refuse(408, "request_timeout", f"The request {part} did not arrive in time.")

@@ -73,6 +73,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "apps.core.middleware.ApiCsrfViewMiddleware",
     "apps.core.middleware.ApiAuthenticationMiddleware",
+    "apps.identity.admin_session.AdminSessionMiddleware",  # an OIDC admin session ends with its grant
     "apps.core.middleware.ApiMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -132,11 +133,16 @@ WHITENOISE_USE_FINDERS = True  # serve admin and /docs assets without a collects
 # Largest JSON body accepted by any endpoint; a memory value may be 1 MiB serialized plus its index text.
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
-# How long the web server waits for a request's headers (from the connection's opening or the request's first byte)
-# and then for its body, before answering 408 and closing (apps.runtime.http_server); and the most header bytes it takes
-# (431 beyond). The body deadline is for the whole body: a 10 MiB upload needs about 175 KB/s at the default.
+# How long the web server waits for a request's headers (from the connection's opening or the request's first byte),
+# before answering 408 and closing (apps.runtime.http_server); and the most header bytes it takes (431 beyond).
 REQUEST_HEADER_TIMEOUT_SECONDS = float(env_str("REQUEST_HEADER_TIMEOUT_SECONDS", "10"))
+# A body must keep coming at REQUEST_BODY_MIN_BYTES_PER_SECOND on average after a grace of
+# REQUEST_BODY_TIMEOUT_SECONDS from the end of the headers (each byte moves the deadline on), and never take longer
+# than REQUEST_BODY_MAX_SECONDS: a 10 MiB upload goes through at 64 kbit/s, a client trickling bytes is cut off
+# after the grace (408).
 REQUEST_BODY_TIMEOUT_SECONDS = float(env_str("REQUEST_BODY_TIMEOUT_SECONDS", "60"))
+REQUEST_BODY_MIN_BYTES_PER_SECOND = env_int("REQUEST_BODY_MIN_BYTES_PER_SECOND", 8192)
+REQUEST_BODY_MAX_SECONDS = float(env_str("REQUEST_BODY_MAX_SECONDS", "1800"))
 REQUEST_MAX_HEADER_BYTES = env_int("REQUEST_MAX_HEADER_BYTES", 64 * 1024)
 # Deepest nesting of arrays/objects in any JSON body, the body itself being level 1 (apps.core.parsers). Checked on
 # the raw text before decoding, because decoding and everything after it recurse per level. 64 is twice what a
@@ -231,6 +237,10 @@ OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", "")
 OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", "")
 OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
 ADMIN_OIDC_ENABLED = bool(OIDC_ISSUER_URL and OIDC_RP_CLIENT_ID)
+# An OIDC admin session lasts as long as the access token its login got, and never longer than this: then the
+# operator logs in again and the provider says again whether they hold ADMIN_ROLE (checked on every admin request,
+# as the role itself: apps.identity.admin_session).
+ADMIN_OIDC_SESSION_MAX_SECONDS = env_int("ADMIN_OIDC_SESSION_MAX_SECONDS", 900)
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 if ADMIN_OIDC_ENABLED:
     AUTHENTICATION_BACKENDS.insert(0, "apps.identity.admin_oidc.AdminOIDCBackend")
@@ -259,6 +269,14 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULER = "apps.runtime.beat_leader:LeaderScheduler"
 BEAT_LEADER_LOCK_KEY = env_str("BEAT_LEADER_LOCK_KEY", "memory-service:beat-leader")
 BEAT_LEADER_LOCK_TTL_SECONDS = float(env_str("BEAT_LEADER_LOCK_TTL_SECONDS", "15"))
+
+# A publish (an indexer wake-up after a write) to a broker that stopped answering without closing the connection
+# (frozen, partitioned) would otherwise wait forever; the worker's BRPOP returns every second, well within it.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 2}
+# After a Redis call on a request path failed for want of Redis (refused, or no answer within its 2 s timeout),
+# request paths skip Redis (indexer wake-ups, event publishing) until a background ping every this many seconds is
+# answered (apps.core.redis_client); beat's periodic runs and the publisher's owed invalidates catch up.
+REDIS_CIRCUIT_PROBE_SECONDS = float(env_str("REDIS_CIRCUIT_PROBE_SECONDS", "1"))
 CELERY_BEAT_SCHEDULE: dict = {}
 
 # --- Live event stream (D8) -------------------------------------------------------------------------------------
@@ -365,6 +383,9 @@ EMBEDDING_ONNX_DIR = Path(env_str("EMBEDDING_ONNX_DIR", str(DATA_DIR / "models")
 EMBEDDING_MAX_INPUT_CHARS = env_int("EMBEDDING_MAX_INPUT_CHARS", 0) or None
 # Tests only: the hash provider sleeps this long per embedding call, so a test can kill a worker mid-batch.
 EMBEDDING_HASH_DELAY_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_SECONDS", "0"))
+# Tests only: the hash provider costs this long per text (chunk) it embeds, one call at a time per process, as a
+# real model on one encode thread does (the fairness tests of the indexers).
+EMBEDDING_HASH_DELAY_PER_TEXT_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_PER_TEXT_SECONDS", "0"))
 
 # --- Encryption at rest (D4) ------------------------------------------------------------------------------------
 # "kid:base64key,kid2:base64key": 32-byte AES-256 keys; the first encrypts, all decrypt (apps.core.crypto).
@@ -397,6 +418,15 @@ INDEXING_MAX_ATTEMPTS = env_int("INDEXING_MAX_ATTEMPTS", 5)
 INDEXING_MAX_BACKOFF_SECONDS = env_int(
     "INDEXING_MAX_BACKOFF_SECONDS", env_int("MEMORY_INDEXING_MAX_BACKOFF_SECONDS", 3600)
 )
+# Fairness between users (D11). Each batch takes every user's oldest rows in turn, and the model gets at most this
+# much text per call: a longer text is embedded a slice of its chunks at a time, and between two slices the worker
+# indexes the rows of at most this much text that are waiting, on both indexers, so one user's long texts never hold
+# up another user's short ones for longer than about two slices take (two worker threads share the model; a slice
+# of 4 KiB is about 9 chunks of the local model: 0.3 s on a 2-core machine under load, 8 KiB took twice that).
+INDEXING_SLICE_BYTES = env_int("INDEXING_SLICE_BYTES", 4096)
+# A cycle starts no batch after this long: it asks for another run instead, which waits behind the tasks queued
+# meanwhile (the other indexer's), so neither indexer holds the worker's threads for its whole backlog.
+INDEXING_CYCLE_MAX_SECONDS = float(env_str("INDEXING_CYCLE_MAX_SECONDS", "30"))
 
 # --- Semantic index (memory_vectors, pgvector HNSW) -------------------------------------------------------------
 # Beat's safety-net cycle: also how soon the rows a crashed worker had claimed are taken again (its claims die
@@ -435,6 +465,8 @@ CONVERSATION_AUTO_INDEX = env_bool("CONVERSATION_AUTO_INDEX", True)
 # Beat's safety-net run of the indexer: also how soon the entries a crashed worker had claimed are taken again.
 CONVERSATION_INDEXING_INTERVAL = env_int("CONVERSATION_INDEXING_INTERVAL", 10)
 CONVERSATION_INDEXING_BATCH_SIZE = env_int("CONVERSATION_INDEXING_BATCH_SIZE", 100)
+# A batch also ends at this much text (at least one entry), as MEMORY_INDEXING_BATCH_TEXT_BYTES.
+CONVERSATION_INDEXING_BATCH_TEXT_BYTES = env_int("CONVERSATION_INDEXING_BATCH_TEXT_BYTES", 256 * 1024)
 CELERY_BEAT_SCHEDULE["conversations-index"] = {
     "task": "apps.conversations.tasks.index_conversation_entries",
     "schedule": float(CONVERSATION_INDEXING_INTERVAL),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.attachments import signing
+from apps.attachments import signing, storage
 from apps.attachments.models import Attachment, AttachmentLink
 from apps.attachments.tasks import remove_expired_attachments
 from apps.core import crypto
@@ -75,15 +76,38 @@ def test_head_answers_the_headers_without_reading_the_blob(client_for, settings,
         real_open(self, **kwargs)
 
     monkeypatch.setattr(crypto.StreamOpener, "__init__", counting_open)
+    read: list[int] = []
+    real_open_blob = storage.open_blob
+
+    class Counting:
+        def __init__(self, blob) -> None:
+            self.blob = blob
+
+        def read(self, size: int) -> bytes:
+            piece = self.blob.read(size)
+            read.append(len(piece))
+            return piece
+
+        def close(self) -> None:
+            self.blob.close()
+
+    def counting_open_blob(name):
+        return Counting(real_open_blob(name))
+
+    monkeypatch.setattr(storage, "open_blob", counting_open_blob)
     head = bob.head(meta["href"])
     assert head.status_code == 200
     assert not head.streaming and head.content == b""
     for name in ("Content-Type", "Content-Length", "ETag", "X-Content-Type-Options", "Content-Disposition"):
         assert head[name] == get[name], name
     assert head["Content-Length"] == str(len(data))
-    assert opened == []  # nothing was decrypted (a GET opens the stream: see the round trip)
-    assert body_of(bob.get(meta["href"])) == data
+    # An encrypted blob's first piece is opened, as a GET opens it before its headers go out (so a HEAD answers
+    # what the GET would: issue 28 item 9); nothing more is read or decrypted.
     assert len(opened) == (1 if encrypted else 0)
+    # (the reader looks one sealed chunk ahead, to know whether the first is the last: 2 of the blob's 4 chunks)
+    assert sum(read) <= (2 * crypto.STREAM_CHUNK_BYTES + 1024 if encrypted else 0) < len(data)
+    assert body_of(bob.get(meta["href"])) == data
+    assert len(opened) == (2 if encrypted else 0)
     assert bob.head(meta["href"], HTTP_IF_NONE_MATCH=get["ETag"]).status_code == 304
 
 
@@ -190,6 +214,26 @@ def test_tampered_blob_fails_to_download(client_for, attachment_dir, damage):
     assert response.status_code == 200  # headers go out before the later chunks are read
     with pytest.raises(crypto.DecryptionError):
         body_of(response)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("damage", ["key_gone", "first_chunk_swapped"])
+def test_head_answers_as_get_for_an_attachment_that_cannot_be_decrypted(client_for, attachment_dir, settings, damage):
+    """Issue 28 item 9: HEAD answered 200 where GET answered 500 ``undecryptable``."""
+    bob = client_for("bob")
+    meta = upload_ok(bob, os.urandom(2 * crypto.STREAM_CHUNK_BYTES))
+    signed = bob.get(f"{meta['href']}/download-url").json()["url"]
+    if damage == "key_gone":  # a botched rotation: the blob's key id is no longer in the ring
+        settings.MEMORY_ENCRYPTION_KEYS = "other-key:" + base64.b64encode(os.urandom(32)).decode()
+    else:
+        [blob] = blobs(attachment_dir)
+        header, chunks = _chunks_of(blob.read_bytes())
+        blob.write_bytes(header + b"".join([chunks[1], chunks[0], *chunks[2:]]))
+    for url in (meta["href"], signed):
+        get = bob.get(url)
+        assert_error(get, 500, "undecryptable")
+        head = bob.head(url)
+        assert head.status_code == get.status_code and not head.content
 
 
 @pytest.mark.django_db
@@ -409,7 +453,7 @@ def test_bad_signed_tokens_are_403(client_for):
         "garbage",
         "a.b",
         "%%%.%%%",
-        signing.make_token(uuid.UUID(meta["id"]), -1),  # expired
+        signing.make_token(uuid.UUID(meta["id"]), -1, signer=("bob", None)),  # expired
     ]
     anonymous = APIClient()
     for candidate in bad:
@@ -534,6 +578,50 @@ def test_conversation_readers_can_read_a_linked_attachment(client_for):
     assert_error(dave.get(meta["href"]), 403, "forbidden")  # a non-member
     assert bob.delete(f"/v1/conversations/{conversation_id}/memberships/charlie").status_code == 204
     assert_error(charlie.get(meta["href"]), 403, "forbidden")  # membership gone, access gone
+
+
+@pytest.mark.django_db
+def test_a_signed_link_stops_working_when_its_signer_loses_access(client_for):
+    """Issue 28 item 8: a removed member's signed link went on working until it expired (up to 300 s). The link is
+    checked at download time against whoever signed it."""
+    bob, charlie = client_for("bob"), client_for("charlie")
+    meta = upload_ok(bob, b"members only")
+    conversation_id = str(uuid.uuid4())
+    assert _append(bob, conversation_id, {"role": "USER", "attachmentId": meta["id"]}).status_code == 201
+    grant = {"userId": "charlie", "accessLevel": "reader"}
+    assert bob.post(f"/v1/conversations/{conversation_id}/memberships", grant, format="json").status_code == 201
+    charlies = charlie.get(f"{meta['href']}/download-url").json()["url"]
+    bobs = bob.get(f"{meta['href']}/download-url").json()["url"]
+    assert body_of(APIClient().get(charlies)) == b"members only"
+    assert APIClient().head(charlies).status_code == 200
+
+    assert bob.delete(f"/v1/conversations/{conversation_id}/memberships/charlie").status_code == 204
+    error = assert_error(APIClient().get(charlies), 403, "forbidden")
+    assert "no longer" in error["error"]
+    assert APIClient().head(charlies).status_code == 403
+    assert body_of(APIClient().get(bobs)) == b"members only"  # the uploader's own link still works
+
+
+@pytest.mark.django_db
+def test_a_signed_link_made_through_an_api_key_client_reads_as_that_client(client_for):
+    """A context entry's attachment is readable by its conversation's readers only through the entry's client
+    (D5, D7): so is a link one of them signed through that client, and not one signed without it."""
+    from tests.conftest import TEST_API_KEY
+
+    bob = client_for("bob")
+    charlie_direct, charlie_agent = client_for("charlie"), client_for("charlie", api_key=TEST_API_KEY)
+    bob_agent = client_for("bob", api_key=TEST_API_KEY)
+    meta = upload_ok(bob, b"agent context")
+    conversation_id = str(uuid.uuid4())
+    item = {"role": "USER", "attachmentId": meta["id"]}
+    response = bob_agent.post(f"/v1/conversations/{conversation_id}/entries",
+                              {"channel": "context", "content": [item]}, format="json")  # fmt: skip
+    assert response.status_code == 201, response.content
+    grant = {"userId": "charlie", "accessLevel": "reader"}
+    assert bob.post(f"/v1/conversations/{conversation_id}/memberships", grant, format="json").status_code == 201
+    assert_error(charlie_direct.get(f"{meta['href']}/download-url"), 403, "forbidden")
+    url = charlie_agent.get(f"{meta['href']}/download-url").json()["url"]
+    assert body_of(APIClient().get(url)) == b"agent context"
 
 
 @pytest.mark.django_db

@@ -169,6 +169,17 @@ def walk(keyset, limit: int) -> list[str]:
         cursor = page.next_cursor
 
 
+def test_a_raw_sql_list_without_conditions_of_its_own_pages_too(rows) -> None:
+    """Issue 28 item 12: with no conditions and no cursor, the statement had an empty ``WHERE``."""
+    keyset = pagination.SqlKeyset(
+        "SELECT m.id, m.user_id, m.created_at FROM conversation_memberships m", [], [],
+        order=("m.created_at", "m.id"), position_index=2,
+    )
+    first = pagination.keyset_page(keyset, tag=TAG, cursor=None, limit=4)
+    rest = pagination.keyset_page(keyset, tag=TAG, cursor=first.next_cursor, limit=10)
+    assert [user_of(row) for row in [*first.items, *rest.items]] == [row.user_id for row in rows]
+
+
 @SOURCES
 def test_walks_every_item_once_in_either_direction(rows, source) -> None:
     expected = [row.user_id for row in rows]

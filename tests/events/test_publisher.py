@@ -204,6 +204,35 @@ def test_the_recovery_outlives_an_error_that_is_not_redis(monkeypatch):
     assert failures == []  # the write, then the recovery's first try, failed
     assert _received(owner) == [{"event": "invalidate", "kind": "stream", "data": {}}]
 
+def test_owed_invalidates_survive_a_send_that_fails_with_an_error_that_is_not_redis(monkeypatch, settings):
+    """Issue 28 item 12: a send takes the owed invalidates to add to its own pipeline; one that failed with anything
+    but a RedisError dropped them (and its own event) unsent and unremembered. They stay owed and go out once Redis
+    answers."""
+    owed, writer = _user("owed"), _user("writer")
+    conversation = _conversation({writer: "owner"})
+    monkeypatch.setattr(publisher, "_missed", {owed: int(time.time() * 1000)})
+    settings.SSE_PUBLISH_BACKOFF_SECONDS = 0.2
+    real_pipeline = redis.Redis.pipeline
+    failures = [ValueError("a bug, or a library surprise")]
+
+    def failing_pipeline(self, *args, **kwargs):
+        pipe = real_pipeline(self, *args, **kwargs)
+        if failures:
+            error = failures.pop(0)
+            pipe.execute = lambda: (_ for _ in ()).throw(error)
+        return pipe
+
+    monkeypatch.setattr(redis.Redis, "pipeline", failing_pipeline)
+    with transaction.atomic():
+        publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "e1"})
+    assert failures == []
+    deadline = time.monotonic() + 10
+    while not (_received(owed) and _received(writer)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _received(owed) == [{"event": "invalidate", "kind": "stream", "data": {}}]
+    assert _received(writer) == [{"event": "invalidate", "kind": "stream", "data": {}}]
+
+
 # --- OpenAPI ----------------------------------------------------------------------------------------------------
 
 

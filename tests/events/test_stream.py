@@ -3,6 +3,8 @@ resume, limits, Redis restarts."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -433,6 +435,43 @@ def test_disconnect_leaves_no_stream_or_redis_reader_behind(make_user, web_serve
         stream.close()
     wait_until(lambda: not _gauge(server, "sse_connections") and not _hub_connections(server), what="the streams to go")
     assert get_client().zcard(f"{settings.SSE_REDIS_PREFIX}c:{alice.name}") == 0
+
+
+def _abrupt_stream(server, headers: dict[str, str], when: str) -> None:
+    """A stream request whose client goes away ``when``: at once, at the response's headers, or after its first
+    bytes; the socket is reset (SO_LINGER 0), as a killed client's is."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        sock.sendall(f"GET /v1/events HTTP/1.1\r\nHost: localhost\r\n{head}\r\n".encode())
+        if when != "at_once":
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(4096)
+            if when == "after_body" and not data.split(b"\r\n\r\n", 1)[1]:
+                sock.recv(4096)
+    finally:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+
+
+def test_bursts_of_streams_that_come_and_go_leave_the_gauge_at_zero(make_user, web_servers):
+    """Issue 28 item 10: the ``sse_connections`` gauge read 84 with no stream open after bursts. Streams opened
+    and dropped at every moment of their start, beyond the per-user limit (evictions) too, leave no stream counted,
+    registered with the hub, or holding a slot."""
+    server = web_servers[1]
+    wait_until(lambda: _gauge(server, "sse_connections") == 0, what="earlier tests' streams to go")
+    users = [make_user() for _ in range(4)]
+    moments = ["at_once", "after_headers", "after_body"]
+    for _burst in range(3):
+        run_concurrently([
+            partial(_abrupt_stream, server, user.headers, moments[index % 3])
+            for index, user in enumerate(users * 8)
+        ])  # fmt: skip
+    wait_until(lambda: _gauge(server, "sse_connections") == 0 and not _hub_connections(server), timeout=30,
+               what="the gauge to come back to 0 and the hub to let go")  # fmt: skip
+    for user in users:
+        assert get_client().zcard(f"{settings.SSE_REDIS_PREFIX}c:{user.name}") == 0
 
 
 # --- Redis restarts -----------------------------------------------------------------------------------------------

@@ -428,6 +428,30 @@ def test_events_page_by_after_cursor(bob_lifecycle):
     ]
 
 
+def test_a_poll_past_the_end_keeps_the_position_while_other_transactions_commit(bob):
+    """The full suite once saw the cursor of a poll past the end jump from ``[36914, "107"]`` to ``[36916, "0"]``: an
+    empty page moved the cursor to the horizon, the oldest running transaction or, with none, the next id to be
+    assigned, and a transaction that committed meanwhile (any database of the server: ids are the server's) put that
+    past the reader's own running transaction. A reader inside a transaction that writes (the tests; a service call
+    composed in one transaction) then never saw its own later writes. An empty page never moves the cursor past the
+    reader's own transaction."""
+    import psycopg
+    from django.db import connection
+
+    put_ok(bob, NS, "k1")
+    cursor = events(bob)["after_cursor"]
+    params = connection.get_connection_params()
+    conninfo = {key: params[key] for key in ("dbname", "user", "password", "host", "port") if params.get(key)}
+    with psycopg.connect(**conninfo, autocommit=True) as other:
+        for _ in range(3):  # transactions that take an id and commit while the reader's runs
+            other.execute("BEGIN")
+            other.execute("SELECT pg_current_xact_id()")
+            other.execute("COMMIT")
+    assert events(bob, after_cursor=cursor) == {"events": [], "after_cursor": cursor}
+    put_ok(bob, NS, "k2")
+    assert [(e["kind"], e["key"]) for e in events(bob, after_cursor=cursor)["events"]] == [("add", "k2")]
+
+
 def test_events_cursor_is_opaque(bob_lifecycle):
     cursor = events(bob_lifecycle, limit=1)["after_cursor"]
     assert isinstance(cursor, str)

@@ -199,6 +199,30 @@ def test_an_entry_that_always_fails_to_embed_is_quarantined_and_the_rest_is_inde
     assert entry_ids(bob, "beacon repaired") == {bad}
 
 
+def test_a_failure_of_a_replaced_text_is_not_counted_against_the_new_text(bob, client_for, monkeypatch):
+    """Issue 28 item 12: the old index text fails to embed while ``POST /v1/conversations/index`` replaces it. The
+    failure is the old text's: the new one starts clean (no failure, no backoff) and is indexed by the next cycle."""
+    cid = new_id()
+    entry = append_ok(bob, cid, f"lantern {POISON} text")["id"]
+    indexer_role = client_for("ivan", roles=("user", "indexer"))
+    provider = get_provider()
+    original = provider.embed_documents
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        if any(POISON in text for text in texts):
+            # The replacement commits between the cycle's read of the row and its failure.
+            body = [{"conversationId": cid, "entryId": entry, "indexedContent": "lantern wick trimmed"}]
+            assert indexer_role.post("/v1/conversations/index", body, format="json").status_code == 200
+            raise EmbeddingError("input rejected")
+        return original(texts)
+
+    monkeypatch.setattr(provider, "embed_documents", embed)
+    assert conversation_indexer.run_cycle(max_batches=1).failed == 1
+    assert entry_state(entry) == (0, None, None, False)
+    assert conversation_indexer.run_cycle().indexed == 1
+    assert entry_ids(bob, "lantern wick trimmed") == {entry}
+
+
 # --- Content the key ring cannot decrypt ------------------------------------------------------------------------
 
 

@@ -16,7 +16,9 @@ import requests
 from tests.live_service import LiveService
 
 HEADER_TIMEOUT = 1.0
-BODY_TIMEOUT = 3.0
+BODY_TIMEOUT = 3.0  # the body's grace
+BODY_MIN_RATE = 20_000  # bytes per second, on average, after the grace
+BODY_MAX_SECONDS = 8.0
 SLOW_CLIENTS = 40
 
 
@@ -30,6 +32,8 @@ def edge_service(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterat
         extra_env={
             "REQUEST_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT),
             "REQUEST_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
+            "REQUEST_BODY_MIN_BYTES_PER_SECOND": str(BODY_MIN_RATE),
+            "REQUEST_BODY_MAX_SECONDS": str(BODY_MAX_SECONDS),
             "REQUEST_MAX_HEADER_BYTES": "8192",
             "WSGI_THREADS": "4",  # far fewer threads than slow clients
         },
@@ -177,6 +181,49 @@ def test_a_request_that_is_not_http_is_a_json_400(edge_service, garbage):
     with connect(edge_service, timeout=10) as sock:
         sock.sendall(garbage)
         assert_d1(*read_response(sock), 400, "validation_error")
+
+
+def send_slowly(sock: socket.socket, body: bytes, bytes_per_second: int, stop_after: float | None = None) -> float:
+    """Send ``body`` in 4 KB pieces at about ``bytes_per_second``; returns the seconds it took (or stops early,
+    quietly, when the server has closed)."""
+    started = time.monotonic()
+    piece = 4096
+    for offset in range(0, len(body), piece):
+        try:
+            sock.sendall(body[offset : offset + piece])
+        except OSError:
+            break
+        if stop_after is not None and time.monotonic() - started > stop_after:
+            break
+        time.sleep(max(0.0, started + (offset + piece) / bytes_per_second - time.monotonic()))
+    return time.monotonic() - started
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_body_that_keeps_coming_at_the_minimum_rate_is_taken_however_long_it_takes(edge_service):
+    """Issue 28 item 7: the body deadline was a total (a 10 MiB upload needed 1.4 Mbit/s at the defaults). A body
+    arriving at twice the minimum rate takes longer than the grace, and is taken."""
+    body = json.dumps({"namespace": ["user", "bob", "slow"], "key": "upload", "value": {"text": "x" * 180_000}}).encode()
+    head = (
+        f"PUT /v1/memories HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {edge_service.token('bob')}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with connect(edge_service, timeout=BODY_MAX_SECONDS + 5) as sock:
+        sock.sendall(head)
+        took = send_slowly(sock, body, 2 * BODY_MIN_RATE)
+        status, _headers, answer = read_response(sock)
+    assert took > BODY_TIMEOUT + 1  # longer than the old total deadline
+    assert status == 200, answer
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_body_takes_longer_than_the_cap_however_fast_it_comes(edge_service):
+    with connect(edge_service, timeout=BODY_MAX_SECONDS + 10) as sock:
+        started = time.monotonic()
+        sock.sendall(slow_request(length=1_500_000))
+        send_slowly(sock, b"x" * 1_500_000, 2 * BODY_MIN_RATE, stop_after=BODY_MAX_SECONDS + 3)
+        assert_d1(*read_response(sock), 408, "request_timeout")
+        assert BODY_MAX_SECONDS - 0.5 < time.monotonic() - started < BODY_MAX_SECONDS + 4
 
 
 @pytest.mark.django_db(transaction=True)

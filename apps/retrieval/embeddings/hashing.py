@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
 import unicodedata
 from functools import lru_cache
@@ -28,6 +29,11 @@ _WORD = re.compile(r"\w+")
 # Whole words carry more meaning than any one of their fragments.
 _WORD_WEIGHT = 1.0
 _TRIGRAM_WEIGHT = 0.5
+
+
+# A model with a cost (delay_per_text_seconds) runs one call at a time per process, as the local model does on its one
+# encode thread: two threads embedding take turns, they do not overlap.
+_model_lock = threading.Lock()
 
 
 @lru_cache(maxsize=65536)
@@ -54,12 +60,18 @@ class HashingEmbeddingProvider(EmbeddingProvider):
     name = "hash"
 
     def __init__(
-        self, dimension: int = DEFAULT_DIMENSION, delay_seconds: float = 0.0, max_input_chars: int | None = None
+        self,
+        dimension: int = DEFAULT_DIMENSION,
+        delay_seconds: float = 0.0,
+        max_input_chars: int | None = None,
+        delay_per_text_seconds: float = 0.0,
     ) -> None:
         if dimension < 1:
             raise ValueError("dimension must be positive")
         self.dimension = dimension
         self.delay_seconds = delay_seconds
+        # Tests: a model whose cost grows with the texts (chunks) it embeds, one call at a time per process.
+        self.delay_per_text_seconds = delay_per_text_seconds
         # Hashing has no input window; a limit (EMBEDDING_MAX_INPUT_CHARS) makes it chunk like a real model would.
         self.max_input_chars = max_input_chars
 
@@ -69,11 +81,15 @@ class HashingEmbeddingProvider(EmbeddingProvider):
             dimension=getattr(settings, "EMBEDDING_DIMENSIONS", None) or DEFAULT_DIMENSION,
             delay_seconds=getattr(settings, "EMBEDDING_HASH_DELAY_SECONDS", 0.0),
             max_input_chars=getattr(settings, "EMBEDDING_MAX_INPUT_CHARS", None) or None,
+            delay_per_text_seconds=getattr(settings, "EMBEDDING_HASH_DELAY_PER_TEXT_SECONDS", 0.0),
         )
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if self.delay_seconds and texts:
             time.sleep(self.delay_seconds)  # tests: a slow model, so a worker can be killed mid-batch
+        if self.delay_per_text_seconds and texts:
+            with _model_lock:
+                time.sleep(self.delay_per_text_seconds * len(texts))
         return [self._embed(text) for text in texts]
 
     def _embed(self, text: str) -> list[float]:
