@@ -5,9 +5,9 @@ entry's ``created_at`` is taken after the lock, strictly later than the conversa
 append moves to the new entry's time): entry order is commit order, so a reader paging by (created_at, id) never
 misses an entry that commits late. Content is encrypted in Python; the database only sees ciphertext.
 
-Memberships live in apps.sharing; this app grants the creator's owner membership and locks fork trees through
-apps.sharing.access (the only part of sharing it uses) and announces deletions with the core
-``conversation_deleting`` signal.
+Memberships live in apps.sharing; this app grants the creator's owner membership and reads the caller's level
+through apps.sharing.access (the only part of sharing it uses) and announces deletions with the core
+``conversation_deleting`` signal. Fork trees are locked in the order apps.conversations.trees documents.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.conversations import selectors
+from apps.conversations import selectors, trees
 from apps.conversations.indexer import INDEXER
 from apps.conversations.models import Channel, Conversation, Entry
 from apps.core import crypto, errors, signals
@@ -115,16 +115,6 @@ def _publish_created(conversation_id: UUID, owner_user_id: str | None) -> None:
         )
 
 
-# Locks the conversation row (never the membership: FOR UPDATE OF c) and reads the caller's level with it.
-_LOCK_SQL = f"""
-SELECT c.root_id, c.deleted_at, c.updated_at, c.forked_at_conversation_id, c.forked_at_entry_id,
-       {access.level_sql("c.root_id")}
-FROM conversations c
-WHERE c.id = %s
-FOR UPDATE OF c
-"""  # noqa: S608 - a fixed fragment
-
-
 @dataclass(frozen=True)
 class _Locked:
     root_id: UUID
@@ -136,8 +126,14 @@ class _Locked:
 
 
 def _lock(user_id: str, conversation_id: UUID) -> _Locked | None:
+    """Lock the conversation row (never the membership: FOR UPDATE OF c) and read the caller's level with it."""
+    level = access.level_of("c.root_id", user_id)
     with connection.cursor() as cursor:
-        cursor.execute(_LOCK_SQL, [user_id, conversation_id])
+        cursor.execute(
+            "SELECT c.root_id, c.deleted_at, c.updated_at, c.forked_at_conversation_id, c.forked_at_entry_id, "  # noqa: S608 - a fixed fragment
+            f"{level.sql} FROM conversations c WHERE c.id = %s FOR UPDATE OF c",
+            [*level.params, conversation_id],
+        )
         row = cursor.fetchone()
     if row is None:
         return None
@@ -314,7 +310,7 @@ def _create_for_append(
     parent_id, entry_id = fork
     # Lock the tree's root first, as every tree-wide write does: a delete of the parent (or of the tree) either
     # finished before (we see it deleted) or waits until the fork exists (and deletes it with its parent).
-    tree = access.lock_tree_of(parent_id)
+    tree = trees.lock_tree_of(parent_id)
     vis = selectors.visibility(principal.user_id, parent_id) if tree else None
     if vis is None or vis.deleted:
         # The parent is a reference in the body, not the addressed resource: a validation error of that field.
@@ -323,12 +319,11 @@ def _create_for_append(
         raise errors.forbidden("Forking needs write access to the parent conversation.")
     if not selectors.history_entry_visible(vis, entry_id):
         raise errors.validation_error({"forkedAtEntryId": "not a history entry of the parent conversation"})
-    root_id, owner_user_id = tree
     # A fork joins its parent's tree: same members, same primary owner (memberships belong to the tree, D5).
     if _insert_conversation(
         conversation_id,
-        root_id=root_id,
-        owner_user_id=owner_user_id,
+        root_id=tree.root_id,
+        owner_user_id=tree.owner_user_id,
         title=title,
         metadata={},
         now=now,

@@ -1,6 +1,7 @@
-"""Membership and ownership-transfer writes. Each is one transaction that first locks the fork tree's root row
-(apps.sharing.access.lock_tree / lock_root), so changes to one tree serialise and take locks in one order; the
-invariants themselves (one membership per user and tree, one pending transfer per tree) are unique indexes.
+"""Membership and ownership-transfer writes. Each is one transaction that first takes the fork tree's lock
+(apps.sharing.access.lock_tree, apps.conversations.trees.lock_root), so changes to one tree serialise and take locks
+in the order apps.conversations.trees documents; the invariants themselves (one membership per user and tree, one
+pending transfer per tree) are unique indexes.
 
 Rules (D6): owner grants anything (owner included: a co-owner; ownerUserId stays); a manager adds, changes and
 removes only writers and readers, and only to writer or reader; the primary owner's membership cannot be lowered
@@ -20,6 +21,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.conversations import trees
 from apps.core import errors
 from apps.events.publisher import publish
 from apps.identity.principal import Principal
@@ -169,7 +171,7 @@ def accept_transfer(principal: Principal, transfer_id: UUID) -> None:
         root_id, to_user_id = found
         if to_user_id != principal.user_id:
             raise errors.forbidden("Only the recipient may accept a transfer.")
-        previous_owner = access.lock_root(str(root_id))
+        previous_owner = trees.lock_root(root_id)
         # Re-read under the tree lock: of concurrent accepts (or an accept racing a cancel, a removal or a lowering
         # of the sender) exactly one finds it, and it sees the memberships as that lock left them.
         transfer = OwnershipTransfer.objects.select_for_update().filter(id=transfer_id).first()
@@ -200,7 +202,7 @@ def _complete_transfer(transfer: OwnershipTransfer, previous_owner: str) -> None
     if previous_owner != to_user_id:
         Membership.objects.filter(root_id=root_id, user_id=previous_owner).update(access_level=AccessLevel.MANAGER)
         _membership_event("updated", conversation_id, previous_owner, AccessLevel.MANAGER)
-    access.set_tree_owner(str(root_id), to_user_id)
+    trees.set_owner(root_id, to_user_id)
     transfer.delete()
 
 
