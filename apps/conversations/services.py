@@ -172,8 +172,8 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
     """Soft-deletes the conversation and every fork below it (the whole tree when it is the root); the tree's
     memberships and pending transfers go with the root (apps.sharing's signal handler, same transaction)."""
     with transaction.atomic():
-        # The root row first, as every tree-wide write does (membership changes, transfers): one lock order. Of
-        # concurrent deletes, the first wins; the others read the conversation afresh under the lock: 404.
+        # The tree lock first, then the tree's rows in id order (apps.conversations.trees' lock order). Of concurrent
+        # deletes, the first wins; the others read the conversation afresh under the lock: 404.
         tree = access.lock_tree(principal.user_id, str(conversation_id))
         if tree is None:
             raise errors.not_found("Conversation not found.")
@@ -184,16 +184,14 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
         with connection.cursor() as cursor:
             if whole_tree:
                 cursor.execute(
-                    "SELECT id FROM conversations WHERE root_id = %s AND deleted_at IS NULL ORDER BY created_at, id "
-                    "FOR UPDATE",
+                    "SELECT id FROM conversations WHERE root_id = %s AND deleted_at IS NULL ORDER BY id FOR UPDATE",
                     [root_id],
                 )
             else:
                 cursor.execute(
                     "WITH RECURSIVE below(id) AS (SELECT %s::uuid UNION SELECT c.id FROM conversations c "
                     "JOIN below ON c.forked_at_conversation_id = below.id WHERE c.deleted_at IS NULL) "
-                    "SELECT c.id FROM conversations c JOIN below ON below.id = c.id ORDER BY c.created_at, c.id "
-                    "FOR UPDATE OF c",
+                    "SELECT c.id FROM conversations c JOIN below ON below.id = c.id ORDER BY c.id FOR UPDATE OF c",
                     [conversation_id],
                 )
             ids = [found for (found,) in cursor.fetchall()]

@@ -15,8 +15,8 @@ Every transaction that locks rows of a fork tree takes them in this order, so no
    (``share_roots``) by one that must see the tree stay as it is while it writes beside it (the conversation
    indexer storing vectors). One transaction locks one tree, except ``share_roots``, which takes its roots in id
    order. The lock is taken before anything else of the tree is locked.
-2. **The tree's other conversation rows**, ``FOR UPDATE``, in id order (``lock_rows``, ``set_owner``). Only a
-   holder of the tree lock locks more than one of them. An append locks its own conversation row alone (the root's
+2. **The tree's other conversation rows**, ``FOR UPDATE``, in id order (deleting conversations, ``set_owner``).
+   Only a holder of the tree lock locks more than one of them. An append locks its own conversation row alone (the root's
    row, for an append to a root conversation: the tree lock itself) and then no other conversation row.
 3. **Rows below a conversation or beside the tree**: entries (in id order where several), their vectors, the
    tree's memberships and transfers (apps.sharing, under the tree lock), attachment links.
@@ -77,15 +77,6 @@ def share_roots(root_ids: Sequence[Any]) -> None:
         cursor.execute(
             "SELECT id FROM conversations WHERE id = ANY(%s::uuid[]) ORDER BY id FOR SHARE",
             [sorted({str(root_id) for root_id in root_ids})],
-        )
-
-
-def lock_rows(ids: Sequence[Any]) -> None:
-    """Lock conversation rows of one tree, in id order (step 2 of the lock order; the caller holds the tree lock)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id FROM conversations WHERE id = ANY(%s::uuid[]) ORDER BY id FOR UPDATE",
-            [[str(conversation_id) for conversation_id in ids]],
         )
 
 

@@ -202,7 +202,8 @@ _ERROR_DESCRIPTIONS = {
     413: "Payload too large",
     500: "Internal error (code policy_error when a policy fails to evaluate; code undecryptable when the stored "
     "value this single-item read returns does not decrypt with the service's keys: a key missing from "
-    "MEMORY_ENCRYPTION_KEYS or a damaged row, which retrying does not fix)",
+    "MEMORY_ENCRYPTION_KEYS or a damaged row, which retrying does not fix; code disk_full or "
+    "program_limit_exceeded when the database refuses the work until an operator acts)",
     503: "A dependency is unavailable (the database down, frozen or unreachable; Redis for the event stream; the "
     "embedding provider for semantic search): retry later",
 }
