@@ -9,6 +9,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core.pagination import LimitBounds
 from apps.core.serializers import (
     NO_NUL_PATTERN,
     JsonObjectField,
@@ -28,6 +29,7 @@ MAX_KEY_BYTES = 1024
 MAX_INDEX_FIELDS = 256
 MAX_INDEX_TEXT_BYTES = 256 * 1024  # UTF-8 bytes of all field values together
 MAX_QUERY_CHARS = 8192
+SEARCH_LIMIT = LimitBounds(default=10, maximum=100)  # POST /v1/memories/search (the interface's limits table)
 
 
 def _segment_field() -> StrictCharField:
@@ -238,7 +240,7 @@ class MemorySearchSerializer(StrictSerializer):
     namespace_prefix = serializers.ListField(child=_segment_field())
     query = StrictCharField(required=False, allow_blank=False, max_length=MAX_QUERY_CHARS)
     filter = FilterField(required=False)
-    limit = body_limit_field("memory_search")(required=False)
+    limit = body_limit_field(SEARCH_LIMIT)(required=False)
     offset = SearchOffsetField(required=False)
 
 
