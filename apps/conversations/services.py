@@ -27,7 +27,7 @@ from apps.conversations import selectors, trees
 from apps.conversations.indexer import INDEXER
 from apps.conversations.models import Channel, Conversation, Entry
 from apps.core import crypto, errors, signals
-from apps.events.publisher import publish
+from apps.events.publisher import publish, publish_all
 from apps.identity.principal import Principal
 from apps.retrieval import indexing
 from apps.sharing import access
@@ -56,7 +56,7 @@ def create_conversation(
         if not inserted:
             raise errors.conflict("A conversation with this id already exists.")
         access.grant_owner(str(conversation_id), principal.user_id, now)
-        _publish_created(conversation_id, principal.user_id)
+        publish_all(_created(conversation_id, principal.user_id))
     row = selectors.ConversationRow(
         id=conversation_id,
         title=title or "",
@@ -105,14 +105,13 @@ def _insert_conversation(
         return cursor.rowcount == 1
 
 
-def _publish_created(conversation_id: UUID, owner_user_id: str | None) -> None:
-    publish("created", "conversation", {"conversationId": str(conversation_id)})
+def _created(conversation_id: UUID, owner_user_id: str | None) -> list[tuple[str, str, dict]]:
+    """The events of a new conversation: it, and its owner's membership when it is a new tree's root."""
+    events = [("created", "conversation", {"conversationId": str(conversation_id)})]
     if owner_user_id is not None:
-        publish(
-            "created",
-            "membership",
-            {"conversationId": str(conversation_id), "userId": owner_user_id, "accessLevel": AccessLevel.OWNER.value},
-        )
+        membership = {"conversationId": str(conversation_id), "userId": owner_user_id, "accessLevel": AccessLevel.OWNER.value}
+        events.append(("created", "membership", membership))
+    return events
 
 
 @dataclass(frozen=True)
@@ -195,9 +194,7 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
                     [conversation_id],
                 )
             ids = [found for (found,) in cursor.fetchall()]
-        # Published before the memberships go: recipients are resolved from them.
-        for deleted_id in ids:
-            publish("deleted", "conversation", {"conversationId": str(deleted_id)})
+        publish_all(("deleted", "conversation", {"conversationId": str(deleted_id)}) for deleted_id in ids)
         signals.conversation_deleting.send(
             sender=Conversation, conversation_ids=[str(i) for i in ids], root_id=str(root_id), whole_tree=whole_tree
         )
@@ -232,11 +229,12 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
     )
     with transaction.atomic():
         locked = _lock(principal.user_id, conversation_id)
+        created: list[tuple[str, str, dict]] = []  # the events of creating the conversation, when this append does
         if locked is None:
             # A context entry is private to its client (D5): the plaintext title, which every member reads, never
             # comes from it; such a conversation starts untitled.
             title = _title_from(content) if channel == Channel.HISTORY else ""
-            _create_for_append(principal, conversation_id, title, fork)
+            created = _create_for_append(principal, conversation_id, title, fork)
             locked = _lock(principal.user_id, conversation_id)
             assert locked is not None  # inserted above or by a concurrent creator; never deleted outright
         if locked.deleted:
@@ -277,7 +275,7 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
             channel=channel,
             content=content,
         )
-        publish("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})
+        publish_all([*created, ("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})])
         # Only history entries are indexed (the serializer refuses indexedContent on a context entry).
         if data.get("indexedContent") is not None or (channel == Channel.HISTORY and settings.CONVERSATION_AUTO_INDEX):
             # One indexer task per burst of appends (Indexer.request_run), after commit.
@@ -295,7 +293,8 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
 
 def _create_for_append(
     principal: Principal, conversation_id: UUID, title: str, fork: tuple[UUID, UUID] | None
-) -> None:
+) -> list[tuple[str, str, dict]]:
+    """Create the conversation an append names (unless a concurrent append just did); the events to publish."""
     now = timezone.now()
     title = title.replace("\x00", "")
     if fork is None:
@@ -303,8 +302,8 @@ def _create_for_append(
             conversation_id, root_id=conversation_id, owner_user_id=principal.user_id, title=title, metadata={}, now=now
         ):
             access.grant_owner(str(conversation_id), principal.user_id, now)
-            _publish_created(conversation_id, principal.user_id)
-        return
+            return _created(conversation_id, principal.user_id)
+        return []
     parent_id, entry_id = fork
     # Lock the tree's root first, as every tree-wide write does: a delete of the parent (or of the tree) either
     # finished before (we see it deleted) or waits until the fork exists (and deletes it with its parent).
@@ -328,7 +327,8 @@ def _create_for_append(
         forked_at_conversation_id=parent_id,
         forked_at_entry_id=entry_id,
     ):
-        _publish_created(conversation_id, None)
+        return _created(conversation_id, None)
+    return []
 
 
 # --- Search index text (D5) -------------------------------------------------------------------------------------

@@ -100,16 +100,32 @@ def reads_any(user_id: str, conversation_ids: list[str]) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def conversation_members(conversation_id: str) -> list[tuple[str, str]]:
-    """Every (user_id, access_level) of the conversation's fork tree, as of the current transaction."""
-    tree = trees.roots([conversation_id])
+def audiences(conversation_ids: list[str]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """Per conversation (those that exist): (every member of its fork tree, those of them who are owners or
+    managers), in one round trip: who hears about it on the live stream (D8, apps.events.publisher, which asks
+    after the write committed). A tree deleted by that write has no memberships left: it answers with the members it
+    had when it was deleted (the archive; a live tree has no archived members, and a deleted one never comes back)."""
+    tree = trees.roots(conversation_ids)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT m.user_id, m.access_level FROM {tree.sql} t "  # noqa: S608
-            "JOIN conversation_memberships m ON m.root_id = t.root_id ORDER BY m.user_id",
+            f"WITH t AS MATERIALIZED {tree.sql} "  # noqa: S608
+            "SELECT t.id, m.user_id, m.access_level FROM t JOIN conversation_memberships m ON m.root_id = t.root_id "
+            "UNION ALL "
+            "SELECT t.id, a.user_id, a.access_level FROM t "
+            "JOIN conversation_memberships_archive a ON a.root_id = t.root_id",
             [*tree.params],
         )
-        return [(user_id, level) for user_id, level in cursor.fetchall()]
+        rows = cursor.fetchall()
+    members: dict[str, set[str]] = {}
+    managers: dict[str, set[str]] = {}
+    for conversation_id, user_id, level in rows:
+        members.setdefault(str(conversation_id), set()).add(user_id)
+        if level in _WATCHERS:
+            managers.setdefault(str(conversation_id), set()).add(user_id)
+    return {key: (frozenset(users), frozenset(managers.get(key, ()))) for key, users in members.items()}
+
+
+_WATCHERS = {AccessLevel.OWNER.value, AccessLevel.MANAGER.value}  # who hears about memberships (D8)
 
 
 # --- Tree-wide writes ---------------------------------------------------------------------------------------------

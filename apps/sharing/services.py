@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from apps.conversations import trees
 from apps.core import errors
-from apps.events.publisher import publish
+from apps.events.publisher import publish, publish_all
 from apps.identity.principal import Principal
 from apps.sharing import access, selectors
 from apps.sharing.access import AccessLevel, at_least
@@ -44,8 +44,9 @@ def _require_manager(level: str | None) -> None:
         raise errors.forbidden("Only an owner or a manager may change memberships.")
 
 
-def _membership_event(event: str, conversation_id: UUID, user_id: str, level: str) -> None:
-    publish(event, "membership", {"conversationId": str(conversation_id), "userId": user_id, "accessLevel": level})
+def _membership(event: str, conversation_id: UUID, user_id: str, level: str) -> tuple[str, str, dict]:
+    """A membership event (apps.events.publisher), recorded by the write and sent after it commits."""
+    return event, "membership", {"conversationId": str(conversation_id), "userId": user_id, "accessLevel": level}
 
 
 # --- Memberships ------------------------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ def add_membership(principal: Principal, conversation_id: UUID, *, user_id: str,
             inserted = cursor.rowcount == 1
         if not inserted:
             raise errors.conflict("The user is already a member; use PATCH to change the level.")
-        _membership_event("created", conversation_id, user_id, access_level)
+        publish(*_membership("created", conversation_id, user_id, access_level))
         membership = Membership(root_id=root_id, user_id=user_id, access_level=access_level, created_at=now)
     return selectors.membership_response(membership, conversation_id)
 
@@ -96,7 +97,7 @@ def update_membership(principal: Principal, conversation_id: UUID, *, user_id: s
                 # No longer an owner: a transfer they started no longer has an owner behind it.
                 OwnershipTransfer.objects.filter(root_id=root_id, from_user_id=user_id).delete()
             target.access_level = access_level
-            _membership_event("updated", conversation_id, user_id, access_level)
+            publish(*_membership("updated", conversation_id, user_id, access_level))
     return selectors.membership_response(target, conversation_id)
 
 
@@ -113,8 +114,7 @@ def remove_membership(principal: Principal, conversation_id: UUID, *, user_id: s
             raise errors.validation_error(
                 {"userId": "the primary owner's membership cannot be removed; transfer ownership first"}
             )
-        # Published before the row goes: recipients are resolved from the memberships.
-        _membership_event("deleted", conversation_id, user_id, target.access_level)
+        publish(*_membership("deleted", conversation_id, user_id, target.access_level))
         OwnershipTransfer.objects.filter(Q(to_user_id=user_id) | Q(from_user_id=user_id), root_id=root_id).delete()
         Membership.objects.filter(pk=target.pk).delete()
 
@@ -198,10 +198,11 @@ def _complete_transfer(transfer: OwnershipTransfer, previous_owner: str) -> None
         Membership.objects.create(
             root_id=root_id, user_id=to_user_id, access_level=AccessLevel.OWNER, created_at=timezone.now()
         )
-    _membership_event("updated", conversation_id, to_user_id, AccessLevel.OWNER)
+    events = [_membership("updated", conversation_id, to_user_id, AccessLevel.OWNER)]
     if previous_owner != to_user_id:
         Membership.objects.filter(root_id=root_id, user_id=previous_owner).update(access_level=AccessLevel.MANAGER)
-        _membership_event("updated", conversation_id, previous_owner, AccessLevel.MANAGER)
+        events.append(_membership("updated", conversation_id, previous_owner, AccessLevel.MANAGER))
+    publish_all(events)
     trees.set_owner(root_id, to_user_id)
     transfer.delete()
 
@@ -225,8 +226,10 @@ def on_conversation_deleting(*, conversation_ids: list[str], root_id: str, whole
     pending transfer; its memberships move to the archive the admin view reads, where they grant nothing. A
     deleted fork takes the transfers that name it."""
     if whole_tree:
-        for user_id, level in Membership.objects.filter(root_id=root_id).values_list("user_id", "access_level"):
-            _membership_event("deleted", UUID(root_id), user_id, level)
+        publish_all(
+            _membership("deleted", UUID(root_id), user_id, level)
+            for user_id, level in Membership.objects.filter(root_id=root_id).values_list("user_id", "access_level")
+        )
         OwnershipTransfer.objects.filter(root_id=root_id).delete()
         with connection.cursor() as cursor:
             cursor.execute(
