@@ -3,12 +3,12 @@
 A service that creates, updates or deletes a conversation, an entry or a membership records what happened inside its
 write transaction: ``publish`` for one event, ``publish_all`` for the events of one write. Nothing is resolved or
 sent then, and nothing at all for a transaction that rolls back (Django's ``on_commit``, so an event recorded in a
-savepoint that rolls back goes with it). After commit, the recorded events are delivered together: their recipients
-resolved in one query and every recipient's events appended in one pipelined round trip to Redis. Inside a web
-request that happens once the response has been handed to the server (request_finished), for every write of the
-request; outside requests (a task, a command), at each commit. A failed resolution or send never fails the write.
+savepoint that rolls back goes with it). After commit, the write's events have their recipients resolved together,
+in one query, and are sent in one pipelined round trip to Redis: inside a web request once the response has been
+handed to the server (request_finished), with every other write of the request; outside requests (a task, a
+command), at commit. A failed resolution or send never fails the write.
 
-Recipients are resolved when the events are delivered (D8): conversation and entry events go to every member of the
+Recipients are resolved when the events are published, right after commit (D8): conversation and entry events go to every member of the
 conversation's fork tree, membership events to the affected user (``data["userId"]``) and the tree's owners and
 managers. Who those are is the sharing app's knowledge, which it lends through ``register_audience`` (this app
 imports no other): a tree deleted by the write answers with the members it had when it was deleted.
@@ -101,21 +101,25 @@ def publish_all(events: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
         transaction.on_commit(partial(_committed, recorded), robust=True)
 
 
-# Inside a web request, deliveries wait until the response has been handed to the server (request_finished): the
-# caller's response does not wait for resolving recipients, for the Redis round trip, nor for this process's event
-# loop fanning the event out to the streams open here (bench/events.py: that was most of what 500 listeners added to
-# an append's latency). apps.events.middleware.DeferPublishMiddleware opens the deferral per request (a streamed
-# response flushes at once: its request may last long). Outside requests (Celery tasks, commands) they go at each
-# commit. Either way only after commit, in commit order.
+# Recipients are resolved at commit (one query per write, outside its transaction: no lock is held meanwhile). Inside
+# a web request, the send then waits until the response has been handed to the server (request_finished): the
+# caller's response does not wait for the Redis round trip, nor for this process's event loop fanning the event out
+# to the streams open here (bench/events.py: that was most of what 500 listeners added to an append's latency).
+# apps.events.middleware.DeferPublishMiddleware opens the deferral per request (a streamed response flushes at once:
+# its request may last long). Outside requests (Celery tasks, commands) the send goes at commit too. Either way only
+# after commit, in commit order. (Resolving after the response as well was tried: the longer gap between a response
+# and its send let a client's next write, served by another thread, reach the streams first.)
 _request = threading.local()
 
 
 def _committed(events: list[_Event]) -> None:
+    batch = _resolve(events)
     pending = getattr(_request, "pending", None)
     if pending is None:
-        _deliver(events)
+        if batch:
+            _send(batch)
     else:
-        pending.extend(events)
+        pending.extend(batch)
 
 
 def defer_until_flush() -> None:
@@ -133,7 +137,7 @@ def flush() -> None:
     _request.pending = None
     if pending:
         try:
-            _deliver(pending)
+            _send(pending)
         except Exception:
             # Never the caller's problem: its response is already out.
             logger.exception("event publish failed", extra={"events": len(pending)})
@@ -142,14 +146,14 @@ def flush() -> None:
 # --- Delivery -----------------------------------------------------------------------------------------------------
 
 
-def _deliver(events: Sequence[_Event]) -> None:
-    """Resolve the recipients of committed ``events`` in one query, then send them in one pipeline."""
+def _resolve(events: Sequence[_Event]) -> list[tuple[list[str], bytes, str]]:
+    """``(recipients, payload, kind)`` of each committed event that has any, resolved in one query."""
     try:
         audiences = _audience([*dict.fromkeys(event.conversation_id for event in events)]) if _audience else {}
     except Exception as exc:  # the database failed after the commit: the write stands, its events are lost
         metrics.SSE_PUBLISH_FAILURES.inc(len(events))
         logger.warning("event recipients could not be resolved", extra={"events": len(events), "error": type(exc).__name__})
-        return
+        return []
     batch = []
     for event in events:
         members, managers = audiences.get(event.conversation_id, _NOBODY)
@@ -161,8 +165,7 @@ def _deliver(events: Sequence[_Event]) -> None:
             recipients = set(members)
         if recipients:
             batch.append((sorted(recipients), event.payload, event.kind))
-    if batch:
-        _send(batch)
+    return batch
 
 
 def _send(batch: list[tuple[list[str], bytes, str]]) -> None:
