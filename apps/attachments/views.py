@@ -56,8 +56,6 @@ ACTIVE_TYPES = frozenset(
 # limit plus this is refused before a byte is read; anything smaller is counted while streaming.
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 
-ADMIN_ATTACHMENTS_LIMIT = pagination.LimitBounds(default=50, maximum=1000)  # the interface's limits table
-
 _ID_PARAM = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Attachment id")
 # What every download (download_response) answers besides its errors.
 _DOWNLOAD_RESPONSES = {
@@ -324,13 +322,13 @@ class AdminAttachmentsView(RoleChecked, APIView):
         parameters=[
             OpenApiParameter("userId", USER_ID_SCHEMA, description="Uploader filter"),
             cursor_parameter(),
-            limit_parameter(ADMIN_ATTACHMENTS_LIMIT),
+            limit_parameter(serializers.ADMIN_ATTACHMENTS_LIMIT),
         ],
         responses={200: page_of(responses.AdminAttachmentResponse), **error_responses(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
         user_id = user_id_param(request.query_params.get("userId"), "userId")
-        cursor, limit = page_params(request, ADMIN_ATTACHMENTS_LIMIT)
+        cursor, limit = page_params(request, serializers.ADMIN_ATTACHMENTS_LIMIT)
         if cursor is not None:
             pagination.decode_cursor(cursor, selectors.ADMIN_CURSOR)
         self.authorize(request)

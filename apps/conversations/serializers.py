@@ -32,9 +32,16 @@ MAX_CONTENT_TYPE_CHARS = 128
 HISTORY_CONTENT_TYPE_PATTERN = r"^history(/[!-~]+)?$"
 _HISTORY_CONTENT_TYPE = re.compile(HISTORY_CONTENT_TYPE_PATTERN)
 MAX_QUERY_CHARS = 500
-# The searches' limit bounds (the interface's limits table): the limit travels in their request bodies.
-SEARCH_LIMIT = LimitBounds(default=20, maximum=200)
-ADMIN_SEARCH_LIMIT = LimitBounds(default=20, maximum=1000)
+# Each list's limit bounds (the interface's limits table), named by its view (and by the MCP tool that mirrors it).
+CONVERSATIONS_LIMIT = LimitBounds(default=20, maximum=200)
+ENTRIES_LIMIT = LimitBounds(default=50, maximum=200)
+FORKS_LIMIT = LimitBounds(default=50, maximum=200)
+SEARCH_LIMIT = LimitBounds(default=20, maximum=200)  # in the request body
+UNINDEXED_LIMIT = LimitBounds(default=100, maximum=200)
+ADMIN_CONVERSATIONS_LIMIT = LimitBounds(default=100, maximum=1000)
+ADMIN_ENTRIES_LIMIT = LimitBounds(default=50, maximum=1000)
+ADMIN_FORKS_LIMIT = LimitBounds(default=50, maximum=1000)
+ADMIN_SEARCH_LIMIT = LimitBounds(default=20, maximum=1000)  # in the request body
 
 
 def _json_bytes(value: Any) -> int:

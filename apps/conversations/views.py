@@ -15,7 +15,6 @@ from apps.conversations import responses, selectors, serializers, services
 from apps.conversations import search as conversation_search
 from apps.core import audit, pagination
 from apps.core.openapi import page_of
-from apps.core.pagination import LimitBounds
 from apps.core.requests import flag_param, page_params, path_uuid, user_id_param, validated
 from apps.core.serializers import NO_NUL_PATTERN, USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
 from apps.identity.permissions import IsAuditor, IsIndexer, RoleChecked
@@ -28,15 +27,6 @@ CHANNEL = OpenApiParameter(
     enum=["history", "context"],
     description="Omitted: history entries plus the calling API-key client's own context entries",
 )
-# Each list's limit bounds (the interface's limits table); the searches' are their request serializers'.
-CONVERSATIONS_LIMIT = LimitBounds(default=20, maximum=200)
-ENTRIES_LIMIT = LimitBounds(default=50, maximum=200)
-FORKS_LIMIT = LimitBounds(default=50, maximum=200)
-UNINDEXED_LIMIT = LimitBounds(default=100, maximum=200)
-ADMIN_CONVERSATIONS_LIMIT = LimitBounds(default=100, maximum=1000)
-ADMIN_ENTRIES_LIMIT = LimitBounds(default=50, maximum=1000)
-ADMIN_FORKS_LIMIT = LimitBounds(default=50, maximum=1000)
-
 # Not conversation ids: the collection's own routes (POST /v1/conversations/search, GET .../unindexed, POST .../index).
 ID_SEGMENT = r"(?!search$|unindexed$|index$)[^/]+"
 
@@ -59,7 +49,7 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
                 description="Case-insensitive title substring",
             ),
             AFTER_CURSOR,
-            limit_parameter(CONVERSATIONS_LIMIT),
+            limit_parameter(serializers.CONVERSATIONS_LIMIT),
         ],
         responses={200: page_of(responses.ConversationListItem), **error_responses(400, 401)},
     )
@@ -67,7 +57,7 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         params = request.query_params
         mode = serializers.list_mode(params.get("mode"))
         query = serializers.title_query(params.get("query"))
-        cursor, limit = page_params(request, CONVERSATIONS_LIMIT)
+        cursor, limit = page_params(request, serializers.CONVERSATIONS_LIMIT)
         return Response(selectors.list_conversations(request.user, mode=mode, query=query, cursor=cursor, limit=limit))
 
     @extend_schema(
@@ -128,14 +118,14 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         description="Oldest first. A fork shows its parent's entries before the fork point, then its own. "
         "context entries are visible only to the API-key client that wrote them (channel=context without a "
         "client is 403).",
-        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter(ENTRIES_LIMIT)],
+        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter(serializers.ENTRIES_LIMIT)],
         responses={200: page_of(responses.EntryResponse), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
     def entries(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
         channel = serializers.channel_param(request.query_params.get("channel"))
-        cursor, limit = page_params(request, ENTRIES_LIMIT)
+        cursor, limit = page_params(request, serializers.ENTRIES_LIMIT)
         return Response(selectors.list_entries(request.user, conversation_id, channel=channel, cursor=cursor, limit=limit))
 
     @extend_schema(
@@ -192,12 +182,12 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         summary="List history entries without index text (indexer role)",
         description="History entries of live conversations that have no index text yet, oldest first, for an "
         "external indexer that sets it with POST /v1/conversations/index. Indexer or admin role (403 otherwise).",
-        parameters=[AFTER_CURSOR, limit_parameter(UNINDEXED_LIMIT)],
+        parameters=[AFTER_CURSOR, limit_parameter(serializers.UNINDEXED_LIMIT)],
         responses={200: page_of(responses.UnindexedItem), **error_responses(400, 401, 403)},
     )
     @action(detail=False, methods=["get"], url_path="unindexed", permission_classes=[IsIndexer])
     def unindexed(self, request: Request) -> Response:
-        cursor, limit = page_params(request, UNINDEXED_LIMIT)
+        cursor, limit = page_params(request, serializers.UNINDEXED_LIMIT)
         self.authorize(request)
         return Response(conversation_search.unindexed(cursor=cursor, limit=limit))
 
@@ -221,13 +211,13 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         tags=["conversations"],
         summary="List the conversation's fork tree",
         description="Every conversation of the tree, the root included, oldest first.",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(FORKS_LIMIT)],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(serializers.FORKS_LIMIT)],
         responses={200: page_of(responses.ForkItem), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="forks")
     def forks(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        cursor, limit = page_params(request, FORKS_LIMIT)
+        cursor, limit = page_params(request, serializers.FORKS_LIMIT)
         return Response(selectors.forks(request.user, conversation_id, cursor=cursor, limit=limit))
 
 
@@ -247,14 +237,14 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
             OpenApiParameter("userId", USER_ID_SCHEMA, description="Owner filter"),
             OpenApiParameter("includeDeleted", bool),
             AFTER_CURSOR,
-            limit_parameter(ADMIN_CONVERSATIONS_LIMIT),
+            limit_parameter(serializers.ADMIN_CONVERSATIONS_LIMIT),
         ],
         responses={200: page_of(responses.AdminConversation), **error_responses(400, 401, 403)},
     )
     def list(self, request: Request) -> Response:
         user_id = user_id_param(request.query_params.get("userId"), "userId")
         include_deleted = flag_param(request.query_params.get("includeDeleted"), "includeDeleted")
-        cursor, limit = page_params(request, ADMIN_CONVERSATIONS_LIMIT)
+        cursor, limit = page_params(request, serializers.ADMIN_CONVERSATIONS_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,
@@ -282,14 +272,14 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's entries (all channels)",
-        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter(ADMIN_ENTRIES_LIMIT)],
+        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter(serializers.ADMIN_ENTRIES_LIMIT)],
         responses={200: page_of(responses.EntryResponse), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
     def entries(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
         channel = serializers.channel_param(request.query_params.get("channel"))
-        cursor, limit = page_params(request, ADMIN_ENTRIES_LIMIT)
+        cursor, limit = page_params(request, serializers.ADMIN_ENTRIES_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,
@@ -302,13 +292,13 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's fork tree (deleted forks too)",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(ADMIN_FORKS_LIMIT)],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(serializers.ADMIN_FORKS_LIMIT)],
         responses={200: page_of(responses.ForkItem), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="forks")
     def forks(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        cursor, limit = page_params(request, ADMIN_FORKS_LIMIT)
+        cursor, limit = page_params(request, serializers.ADMIN_FORKS_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,

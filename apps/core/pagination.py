@@ -1,8 +1,8 @@
 """The one pagination module (D3): the limit check, the cursor codec and the keyset pager.
 
-Every list declares its own limit bounds (``LimitBounds``) where its endpoint is declared, and hands them to
-``parse_limit`` (through apps.core.requests.page_params for a query) and to the schema helpers of
-apps.core.serializers; nothing here knows the endpoints.
+Every list declares its own limit bounds (``LimitBounds``) with its request validation (its app's serializers.py),
+and its view hands them to ``parse_limit`` (through apps.core.requests.page_params for a query) and to the schema
+helpers of apps.core.serializers; nothing here knows the endpoints.
 
 A cursor is base64url (unpadded) of the JSON ``[position, item id, tag]`` of the last item returned: the position is
 the list's sort value (a timestamp, a score or a sequence number), the id a UUID, and the tag names the list (and,
@@ -43,8 +43,8 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class LimitBounds:
     """A list's ``limit``: the default when it is absent and the maximum (D3: the minimum is 1). Each list declares
-    its own beside its view (or its request serializer, for a limit in a JSON body), as the interface's limits
-    table gives them; this module only checks them."""
+    its own in its app's serializers.py, as the interface's limits table gives them, and its view names them; this
+    module only checks them."""
 
     default: int
     maximum: int

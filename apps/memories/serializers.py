@@ -29,7 +29,9 @@ MAX_KEY_BYTES = 1024
 MAX_INDEX_FIELDS = 256
 MAX_INDEX_TEXT_BYTES = 256 * 1024  # UTF-8 bytes of all field values together
 MAX_QUERY_CHARS = 8192
-SEARCH_LIMIT = LimitBounds(default=10, maximum=100)  # POST /v1/memories/search (the interface's limits table)
+# The lists' limit bounds (the interface's limits table), named by their views (and the MCP tools that mirror them).
+SEARCH_LIMIT = LimitBounds(default=10, maximum=100)  # POST /v1/memories/search, in the body
+EVENTS_LIMIT = LimitBounds(default=50, maximum=200)  # GET /v1/memories/events
 
 
 def _segment_field() -> StrictCharField:

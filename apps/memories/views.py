@@ -192,7 +192,6 @@ def _timestamp_param(request: Request, name: str) -> datetime | None:
 
 
 # What _kinds_param takes in one value: known kinds, comma-separated, blanks around them and empty items ignored.
-EVENTS_LIMIT = pagination.LimitBounds(default=50, maximum=200)  # the interface's limits table
 _KIND = "(?:" + "|".join(EventKind.values) + ")"
 _KINDS_PATTERN = rf"^\s*(?:{_KIND}\s*)?(?:,\s*(?:{_KIND}\s*)?)*$"
 
@@ -224,7 +223,7 @@ class MemoryEventsView(APIView):
             OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
             OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
             cursor_parameter("after_cursor"),
-            limit_parameter(EVENTS_LIMIT),
+            limit_parameter(serializers.EVENTS_LIMIT),
         ],
         responses={200: responses.MemoryEventsResponse, **error_responses(400, 401)},
     )
@@ -235,6 +234,6 @@ class MemoryEventsView(APIView):
             after=_timestamp_param(request, "after"),
             before=_timestamp_param(request, "before"),
             after_cursor=request.query_params.get("after_cursor") or None,
-            limit=pagination.parse_limit(request.query_params.get("limit"), EVENTS_LIMIT),
+            limit=pagination.parse_limit(request.query_params.get("limit"), serializers.EVENTS_LIMIT),
         )
         return Response(selectors.list_events(request.user, query))

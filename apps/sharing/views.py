@@ -12,7 +12,6 @@ from rest_framework.response import Response
 
 from apps.core import audit
 from apps.core.openapi import page_of
-from apps.core.pagination import LimitBounds
 from apps.core.requests import page_params, path_text, path_uuid, validated
 from apps.core.serializers import USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
 from apps.identity.permissions import IsAuditor, RoleChecked
@@ -22,10 +21,6 @@ CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiP
 USER_ID = OpenApiParameter("userId", {**USER_ID_SCHEMA, "minLength": 1}, OpenApiParameter.PATH)
 TRANSFER_ID = OpenApiParameter("transferId", OpenApiTypes.UUID, OpenApiParameter.PATH)
 AFTER_CURSOR = cursor_parameter()
-# Each list's limit bounds (the interface's limits table).
-MEMBERSHIPS_LIMIT = LimitBounds(default=50, maximum=200)
-ADMIN_MEMBERSHIPS_LIMIT = LimitBounds(default=50, maximum=1000)
-TRANSFERS_LIMIT = LimitBounds(default=50, maximum=200)
 
 
 class MembershipViewSet(viewsets.ViewSet):
@@ -39,12 +34,12 @@ class MembershipViewSet(viewsets.ViewSet):
         tags=["memberships"],
         summary="List the conversation's members",
         description="Reader or above. Oldest first.",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(MEMBERSHIPS_LIMIT)],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(serializers.MEMBERSHIPS_LIMIT)],
         responses={200: page_of(responses.MembershipResponse), **error_responses(400, 401, 403, 404)},
     )
     def list(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        cursor, limit = page_params(request, MEMBERSHIPS_LIMIT)
+        cursor, limit = page_params(request, serializers.MEMBERSHIPS_LIMIT)
         return Response(selectors.list_memberships(request.user, conversation_id, cursor=cursor, limit=limit))
 
     @extend_schema(
@@ -106,12 +101,12 @@ class AdminMembershipViewSet(RoleChecked, viewsets.ViewSet):
         summary="List any conversation's members",
         description="Auditor or admin role; audit-logged. For a deleted conversation: the members its fork tree had "
         "when it was deleted (kept for this view only; they grant no access and users see none of them).",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(ADMIN_MEMBERSHIPS_LIMIT)],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(serializers.ADMIN_MEMBERSHIPS_LIMIT)],
         responses={200: page_of(responses.MembershipResponse), **error_responses(400, 401, 403, 404)},
     )
     def list(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        cursor, limit = page_params(request, ADMIN_MEMBERSHIPS_LIMIT)
+        cursor, limit = page_params(request, serializers.ADMIN_MEMBERSHIPS_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,
@@ -133,13 +128,13 @@ class OwnershipTransferViewSet(viewsets.ViewSet):
         parameters=[
             OpenApiParameter("role", str, enum=list(serializers.TRANSFER_ROLES)),
             AFTER_CURSOR,
-            limit_parameter(TRANSFERS_LIMIT),
+            limit_parameter(serializers.TRANSFERS_LIMIT),
         ],
         responses={200: page_of(responses.TransferResponse), **error_responses(400, 401)},
     )
     def list(self, request: Request) -> Response:
         role = serializers.transfer_role(request.query_params.get("role"))
-        cursor, limit = page_params(request, TRANSFERS_LIMIT)
+        cursor, limit = page_params(request, serializers.TRANSFERS_LIMIT)
         return Response(selectors.list_transfers(request.user, role=role, cursor=cursor, limit=limit))
 
     @extend_schema(
