@@ -8,6 +8,9 @@ import re
 from django.conf import settings
 
 from apps.core import errors
+from apps.core.pagination import LimitBounds
+
+ADMIN_ATTACHMENTS_LIMIT = LimitBounds(default=50, maximum=1000)  # GET /v1/admin/attachments (the limits table)
 
 _DURATION = re.compile(
     r"^P(?!$)(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"

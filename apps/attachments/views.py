@@ -358,13 +358,13 @@ class AdminAttachmentsView(RoleChecked, APIView):
         parameters=[
             OpenApiParameter("userId", USER_ID_SCHEMA, description="Uploader filter"),
             cursor_parameter(),
-            limit_parameter("admin_attachments"),
+            limit_parameter(serializers.ADMIN_ATTACHMENTS_LIMIT),
         ],
         responses={200: page_of(responses.AdminAttachmentResponse), **error_responses(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
         user_id = user_id_param(request.query_params.get("userId"), "userId")
-        cursor, limit = page_params(request, "admin_attachments")
+        cursor, limit = page_params(request, serializers.ADMIN_ATTACHMENTS_LIMIT)
         if cursor is not None:
             pagination.decode_cursor(cursor, selectors.ADMIN_CURSOR)
         self.authorize(request)

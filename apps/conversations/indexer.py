@@ -20,7 +20,7 @@ from uuid import UUID
 from django.conf import settings
 from django.db import connection, transaction
 
-from apps.conversations import selectors, vector_index
+from apps.conversations import selectors, trees, vector_index
 from apps.core import crypto, metrics
 from apps.retrieval import indexing, leases, vectors
 from apps.retrieval.indexing import CycleReport, Work
@@ -94,12 +94,15 @@ class ConversationIndexer(indexing.Indexer):
     def store(self, done: list[tuple[Work, list[indexing.Vector]]], model: str) -> int:
         stored = 0
         with transaction.atomic(), connection.cursor() as cursor:
+            # The trees first, as apps.conversations.trees orders locks: a delete (which takes its tree's lock before
+            # anything else) either finished first (its conversations are skipped below) or waits for these vectors.
+            # Holding a fork's row while waiting for its root instead deadlocked with a delete or a transfer accept
+            # that held the root and waited for the fork.
+            trees.share_roots([work.data.root_id for work, _vectors in done])
             cursor.execute(
                 "SELECT e.id, e.indexed_content FROM conversation_entries e "
                 "JOIN conversations c ON c.id = e.conversation_id "
-                # FOR SHARE OF c: a concurrent delete of the conversation (FOR UPDATE of its row, then its vectors
-                # deleted) either finished first (the row is re-checked and skipped) or waits for these vectors.
-                "WHERE e.id = ANY(%s) AND c.deleted_at IS NULL ORDER BY e.id FOR UPDATE OF e FOR SHARE OF c",
+                "WHERE e.id = ANY(%s) AND c.deleted_at IS NULL ORDER BY e.id FOR UPDATE OF e",
                 [[work.id for work, _vectors in done]],
             )
             current = dict(cursor.fetchall())

@@ -6,8 +6,8 @@ carries ``root_id`` (its own id for a root) because memberships, ownership and t
 audit them; entries stay with them. Entry content is stored only as an AES-256-GCM envelope (apps.core.crypto)
 bound to the entry's id and conversation id; titles, metadata and ``indexed_content`` are plaintext (D5).
 
-Table names are fixed: apps.sharing.access reads and locks ``conversations`` with raw SQL (and sets
-``owner_user_id`` on a transfer of ownership).
+Other apps never name these tables: they lock a tree, name its owner and read a tree's root through
+apps.conversations.trees.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Conversation search (D5): full-text, semantic and both fused, over history entries' index text.
 
 Reads only. Access is decided inside the SQL that ranks: a user's search starts from their memberships
-(apps.sharing.access.MEMBER_TREES_SQL), so a page is never short because of filtering afterwards and a
+(apps.sharing.access.member_trees), so a page is never short because of filtering afterwards and a
 membership removed is out of the very next search. Admin search (auditor/admin) ranks every live conversation.
 
 - ``fulltext``: the generated ``search_vector`` (``to_tsvector('english', indexed_content)``, GIN) matched with
@@ -91,11 +91,12 @@ def fulltext_hits(scope: SearchScope, query: str, *, limit: int, after: tuple[fl
         source = "conversations c JOIN conversation_entries e ON e.conversation_id = c.id"
         where, params = ["c.deleted_at IS NULL"], []
     else:
+        trees = access.member_trees(scope.user_id)
         source = (
-            f"{access.MEMBER_TREES_SQL} m JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
+            f"{trees.sql} m JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
             "JOIN conversation_entries e ON e.conversation_id = c.id"
         )
-        where, params = ["TRUE"], [scope.user_id]  # MEMBER_TREES_SQL's parameter
+        where, params = ["TRUE"], [*trees.params]
     keyset, keyset_params = "TRUE", []
     if after is not None:
         keyset = "(b.rank < %s OR (b.rank = %s AND b.conversation_id > %s))"

@@ -1,4 +1,4 @@
-"""Conversation reads. Raw SQL where a list must start from the caller's memberships (apps.sharing.access's SQL
+"""Conversation reads. Raw SQL where a list must start from the caller's memberships (apps.sharing.access's
 fragments), so access is decided inside the query, never by filtering a page in Python; every per-conversation read
 resolves the caller's level in the query that loads it.
 """
@@ -130,11 +130,12 @@ def _str_or_none(value: Any) -> str | None:
 def load_with_level(principal: Principal, conversation_id: UUID, required: str) -> tuple[ConversationRow, str]:
     """The live conversation and the caller's level, in one round trip; 404 when it does not exist (or is
     deleted), 403 when the caller's level is below ``required`` (D1, D6)."""
+    level = access.level_of("c.root_id", principal.user_id)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {_CONV_COLUMNS}, {access.level_sql('c.root_id')} FROM conversations c "  # noqa: S608 - fixed
+            f"SELECT {_CONV_COLUMNS}, {level.sql} FROM conversations c "  # noqa: S608 - fixed fragments
             "WHERE c.id = %s AND c.deleted_at IS NULL",
-            [principal.user_id, conversation_id],
+            [*level.params, conversation_id],
         )
         row = cursor.fetchone()
     if row is None:
@@ -170,9 +171,10 @@ def list_conversations(
     principal: Principal, *, mode: str, query: str | None, cursor: str | None, limit: int
 ) -> dict:
     """The caller's conversations, newest first by (updated_at, id). Starts from the caller's memberships
-    (``MEMBER_TREES_SQL``), so only conversations they are a member of are ever read."""
+    (``access.member_trees``), so only conversations they are a member of are ever read."""
+    trees = access.member_trees(principal.user_id)
     where = ["c.deleted_at IS NULL"]
-    params: list[Any] = [principal.user_id]  # MEMBER_TREES_SQL's
+    params: list[Any] = [*trees.params]
     if mode == "roots":
         where.append("c.id = c.root_id")
     elif mode == "latest-fork":
@@ -191,7 +193,7 @@ def list_conversations(
         params.append(query)
     page = pagination.keyset_page(
         pagination.SqlKeyset(
-            f"SELECT {_CONV_COLUMNS}, m.access_level FROM {access.MEMBER_TREES_SQL} m "  # noqa: S608 - fixed
+            f"SELECT {_CONV_COLUMNS}, m.access_level FROM {trees.sql} m "  # noqa: S608 - fixed fragments
             "JOIN conversations c ON c.root_id = m.root_id",
             where, params, order=("c.updated_at", "c.id"), position_index=_UPDATED_AT, descending=True,
         ),
@@ -271,8 +273,8 @@ def admin_forks(conversation_id: UUID, *, cursor: str | None, limit: int) -> dic
 ENTRIES_CURSOR = "conversations.entries"
 
 # The conversation, its ancestors up the fork chain, each ancestor's fork point as (created_at, id), and the
-# caller's level on the tree: everything an entries read needs, in one round trip.
-_CHAIN_SQL = f"""
+# caller's level on the tree (the placeholder {level}): everything an entries read needs, in one round trip.
+_CHAIN_SQL = """
 WITH RECURSIVE chain(id, root_id, parent_id, fork_entry_id, depth, deleted_at) AS (
     SELECT c.id, c.root_id, c.forked_at_conversation_id, c.forked_at_entry_id, 0, c.deleted_at
     FROM conversations c WHERE c.id = %s
@@ -281,11 +283,10 @@ WITH RECURSIVE chain(id, root_id, parent_id, fork_entry_id, depth, deleted_at) A
     FROM chain JOIN conversations p ON p.id = chain.parent_id
     WHERE chain.depth < 1000
 )
-SELECT chain.id, chain.depth, chain.deleted_at, e.created_at, e.id,
-       {access.level_sql("chain.root_id")}
+SELECT chain.id, chain.depth, chain.deleted_at, e.created_at, e.id, {level}
 FROM chain LEFT JOIN conversation_entries e ON e.id = chain.fork_entry_id
 ORDER BY chain.depth
-"""  # noqa: S608 - a fixed fragment
+"""
 
 
 @dataclass(frozen=True)
@@ -300,8 +301,9 @@ class Visibility:
 
 def visibility(user_id: str, conversation_id: UUID) -> Visibility | None:
     """None when the conversation does not exist."""
+    level = access.level_of("chain.root_id", user_id)
     with connection.cursor() as db:
-        db.execute(_CHAIN_SQL, [conversation_id, user_id])
+        db.execute(_CHAIN_SQL.format(level=level.sql), [conversation_id, *level.params])
         rows = db.fetchall()
     if not rows:
         return None

@@ -14,7 +14,7 @@ from rest_framework import serializers
 
 from apps.conversations.models import Channel
 from apps.core import errors
-from apps.core.pagination import CURSOR_SCHEMA
+from apps.core.pagination import CURSOR_SCHEMA, LimitBounds
 from apps.core.serializers import (
     JsonObjectField,
     NonBlankCharField,
@@ -32,6 +32,16 @@ MAX_CONTENT_TYPE_CHARS = 128
 HISTORY_CONTENT_TYPE_PATTERN = r"^history(/[!-~]+)?$"
 _HISTORY_CONTENT_TYPE = re.compile(HISTORY_CONTENT_TYPE_PATTERN)
 MAX_QUERY_CHARS = 500
+# Each list's limit bounds (the interface's limits table), named by its view (and by the MCP tool that mirrors it).
+CONVERSATIONS_LIMIT = LimitBounds(default=20, maximum=200)
+ENTRIES_LIMIT = LimitBounds(default=50, maximum=200)
+FORKS_LIMIT = LimitBounds(default=50, maximum=200)
+SEARCH_LIMIT = LimitBounds(default=20, maximum=200)  # in the request body
+UNINDEXED_LIMIT = LimitBounds(default=100, maximum=200)
+ADMIN_CONVERSATIONS_LIMIT = LimitBounds(default=100, maximum=1000)
+ADMIN_ENTRIES_LIMIT = LimitBounds(default=50, maximum=1000)
+ADMIN_FORKS_LIMIT = LimitBounds(default=50, maximum=1000)
+ADMIN_SEARCH_LIMIT = LimitBounds(default=20, maximum=1000)  # in the request body
 
 
 def _json_bytes(value: Any) -> int:
@@ -218,7 +228,7 @@ class SearchSerializer(StrictSerializer):
         help_text="Words to find (not blank). Full-text: websearch syntax (\"quoted phrase\", or, -word); the last bare word "
         "also matches as a prefix. Semantic: embedded as a whole.",
     )
-    limit = body_limit_field("conversation_search")(required=False)
+    limit = body_limit_field(SEARCH_LIMIT)(required=False)
     afterCursor = CursorField(required=False, allow_null=True)
     searchType = StrictChoiceField(
         choices=SEARCH_TYPES,
@@ -229,7 +239,7 @@ class SearchSerializer(StrictSerializer):
 
 
 class AdminSearchSerializer(SearchSerializer):
-    limit = body_limit_field("admin_conversation_search")(required=False)
+    limit = body_limit_field(ADMIN_SEARCH_LIMIT)(required=False)
 
 
 class IndexItemSerializer(StrictSerializer):

@@ -5,9 +5,9 @@ entry's ``created_at`` is taken after the lock, strictly later than the conversa
 append moves to the new entry's time): entry order is commit order, so a reader paging by (created_at, id) never
 misses an entry that commits late. Content is encrypted in Python; the database only sees ciphertext.
 
-Memberships live in apps.sharing; this app grants the creator's owner membership and locks fork trees through
-apps.sharing.access (the only part of sharing it uses) and announces deletions with the core
-``conversation_deleting`` signal.
+Memberships live in apps.sharing; this app grants the creator's owner membership and reads the caller's level
+through apps.sharing.access (the only part of sharing it uses) and announces deletions with the core
+``conversation_deleting`` signal. Fork trees are locked in the order apps.conversations.trees documents.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.conversations import selectors
+from apps.conversations import selectors, trees
 from apps.conversations.indexer import INDEXER
 from apps.conversations.models import Channel, Conversation, Entry
 from apps.core import crypto, errors, signals
-from apps.events.publisher import publish
+from apps.events.publisher import publish, publish_all
 from apps.identity.principal import Principal
 from apps.limits import services as limits
 from apps.retrieval import indexing
@@ -59,7 +59,7 @@ def create_conversation(
             raise errors.conflict("A conversation with this id already exists.")
         limits.charge(principal.user_id, conversations=1)
         access.grant_owner(str(conversation_id), principal.user_id, now)
-        _publish_created(conversation_id, principal.user_id)
+        publish_all(_created(conversation_id, principal.user_id))
     row = selectors.ConversationRow(
         id=conversation_id,
         title=title or "",
@@ -108,24 +108,13 @@ def _insert_conversation(
         return cursor.rowcount == 1
 
 
-def _publish_created(conversation_id: UUID, owner_user_id: str | None) -> None:
-    publish("created", "conversation", {"conversationId": str(conversation_id)})
+def _created(conversation_id: UUID, owner_user_id: str | None) -> list[tuple[str, str, dict]]:
+    """The events of a new conversation: it, and its owner's membership when it is a new tree's root."""
+    events = [("created", "conversation", {"conversationId": str(conversation_id)})]
     if owner_user_id is not None:
-        publish(
-            "created",
-            "membership",
-            {"conversationId": str(conversation_id), "userId": owner_user_id, "accessLevel": AccessLevel.OWNER.value},
-        )
-
-
-# Locks the conversation row (never the membership: FOR UPDATE OF c) and reads the caller's level with it.
-_LOCK_SQL = f"""
-SELECT c.root_id, c.deleted_at, c.updated_at, c.forked_at_conversation_id, c.forked_at_entry_id,
-       {access.level_sql("c.root_id")}
-FROM conversations c
-WHERE c.id = %s
-FOR UPDATE OF c
-"""  # noqa: S608 - a fixed fragment
+        membership = {"conversationId": str(conversation_id), "userId": owner_user_id, "accessLevel": AccessLevel.OWNER.value}
+        events.append(("created", "membership", membership))
+    return events
 
 
 @dataclass(frozen=True)
@@ -139,8 +128,14 @@ class _Locked:
 
 
 def _lock(user_id: str, conversation_id: UUID) -> _Locked | None:
+    """Lock the conversation row (never the membership: FOR UPDATE OF c) and read the caller's level with it."""
+    level = access.level_of("c.root_id", user_id)
     with connection.cursor() as cursor:
-        cursor.execute(_LOCK_SQL, [user_id, conversation_id])
+        cursor.execute(
+            "SELECT c.root_id, c.deleted_at, c.updated_at, c.forked_at_conversation_id, c.forked_at_entry_id, "  # noqa: S608 - a fixed fragment
+            f"{level.sql} FROM conversations c WHERE c.id = %s FOR UPDATE OF c",
+            [*level.params, conversation_id],
+        )
         row = cursor.fetchone()
     if row is None:
         return None
@@ -179,8 +174,8 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
     """Soft-deletes the conversation and every fork below it (the whole tree when it is the root); the tree's
     memberships and pending transfers go with the root (apps.sharing's signal handler, same transaction)."""
     with transaction.atomic():
-        # The root row first, as every tree-wide write does (membership changes, transfers): one lock order. Of
-        # concurrent deletes, the first wins; the others read the conversation afresh under the lock: 404.
+        # The tree lock first, then the tree's rows in id order (apps.conversations.trees' lock order). Of concurrent
+        # deletes, the first wins; the others read the conversation afresh under the lock: 404.
         tree = access.lock_tree(principal.user_id, str(conversation_id))
         if tree is None:
             raise errors.not_found("Conversation not found.")
@@ -191,22 +186,18 @@ def delete_conversation(principal: Principal, conversation_id: UUID) -> None:
         with connection.cursor() as cursor:
             if whole_tree:
                 cursor.execute(
-                    "SELECT id FROM conversations WHERE root_id = %s AND deleted_at IS NULL ORDER BY created_at, id "
-                    "FOR UPDATE",
+                    "SELECT id FROM conversations WHERE root_id = %s AND deleted_at IS NULL ORDER BY id FOR UPDATE",
                     [root_id],
                 )
             else:
                 cursor.execute(
                     "WITH RECURSIVE below(id) AS (SELECT %s::uuid UNION SELECT c.id FROM conversations c "
                     "JOIN below ON c.forked_at_conversation_id = below.id WHERE c.deleted_at IS NULL) "
-                    "SELECT c.id FROM conversations c JOIN below ON below.id = c.id ORDER BY c.created_at, c.id "
-                    "FOR UPDATE OF c",
+                    "SELECT c.id FROM conversations c JOIN below ON below.id = c.id ORDER BY c.id FOR UPDATE OF c",
                     [conversation_id],
                 )
             ids = [found for (found,) in cursor.fetchall()]
-        # Published before the memberships go: recipients are resolved from them.
-        for deleted_id in ids:
-            publish("deleted", "conversation", {"conversationId": str(deleted_id)})
+        publish_all(("deleted", "conversation", {"conversationId": str(deleted_id)}) for deleted_id in ids)
         signals.conversation_deleting.send(
             sender=Conversation, conversation_ids=[str(i) for i in ids], root_id=str(root_id), whole_tree=whole_tree
         )
@@ -251,11 +242,12 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
     )
     with transaction.atomic():
         locked = _lock(principal.user_id, conversation_id)
+        created: list[tuple[str, str, dict]] = []  # the events of creating the conversation, when this append does
         if locked is None:
             # A context entry is private to its client (D5): the plaintext title, which every member reads, never
             # comes from it; such a conversation starts untitled.
             title = _title_from(content) if channel == Channel.HISTORY else ""
-            _create_for_append(principal, conversation_id, title, fork)
+            created = _create_for_append(principal, conversation_id, title, fork)
             locked = _lock(principal.user_id, conversation_id)
             assert locked is not None  # inserted above or by a concurrent creator; never deleted outright
         if locked.deleted:
@@ -296,7 +288,7 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
             channel=channel,
             content=content,
         )
-        publish("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})
+        publish_all([*created, ("created", "entry", {"conversationId": str(conversation_id), "entryId": str(entry_id)})])
         # Only history entries are indexed (the serializer refuses indexedContent on a context entry).
         if data.get("indexedContent") is not None or (channel == Channel.HISTORY and settings.CONVERSATION_AUTO_INDEX):
             # One indexer task per burst of appends (Indexer.request_run), after commit.
@@ -316,7 +308,8 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
 
 def _create_for_append(
     principal: Principal, conversation_id: UUID, title: str, fork: tuple[UUID, UUID] | None
-) -> None:
+) -> list[tuple[str, str, dict]]:
+    """Create the conversation an append names (unless a concurrent append just did); the events to publish."""
     # Creating is its own, tighter rate (the request's own token was taken by the REST hook).
     limits.check_class(principal, "creates")
     now = timezone.now()
@@ -327,12 +320,12 @@ def _create_for_append(
         ):
             limits.charge(principal.user_id, conversations=1)
             access.grant_owner(str(conversation_id), principal.user_id, now)
-            _publish_created(conversation_id, principal.user_id)
-        return
+            return _created(conversation_id, principal.user_id)
+        return []
     parent_id, entry_id = fork
     # Lock the tree's root first, as every tree-wide write does: a delete of the parent (or of the tree) either
     # finished before (we see it deleted) or waits until the fork exists (and deletes it with its parent).
-    tree = access.lock_tree_of(parent_id)
+    tree = trees.lock_tree_of(parent_id)
     vis = selectors.visibility(principal.user_id, parent_id) if tree else None
     if vis is None or vis.deleted:
         # The parent is a reference in the body, not the addressed resource: a validation error of that field.
@@ -341,12 +334,11 @@ def _create_for_append(
         raise errors.forbidden("Forking needs write access to the parent conversation.")
     if not selectors.history_entry_visible(vis, entry_id):
         raise errors.validation_error({"forkedAtEntryId": "not a history entry of the parent conversation"})
-    root_id, owner_user_id = tree
     # A fork joins its parent's tree: same members, same primary owner (memberships belong to the tree, D5).
     if _insert_conversation(
         conversation_id,
-        root_id=root_id,
-        owner_user_id=owner_user_id,
+        root_id=tree.root_id,
+        owner_user_id=tree.owner_user_id,
         title=title,
         metadata={},
         now=now,
@@ -354,8 +346,9 @@ def _create_for_append(
         forked_at_entry_id=entry_id,
     ):
         # A fork is its tree's, owned by the tree's owner: it counts against that owner's quota.
-        limits.charge(owner_user_id, conversations=1)
-        _publish_created(conversation_id, None)
+        limits.charge(tree.owner_user_id, conversations=1)
+        return _created(conversation_id, None)
+    return []
 
 
 # --- Search index text (D5) -------------------------------------------------------------------------------------

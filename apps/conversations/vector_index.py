@@ -55,7 +55,8 @@ def _scope(user_id: str | None, dimension: int, model: str) -> tuple[str, list[A
     where = f"vector_dims(v.embedding) = {int(dimension)} AND v.model = %s"
     if user_id is None:
         return f"FROM {TABLE} v WHERE {where}", [model]
-    return f"FROM {access.MEMBER_TREES_SQL} m JOIN {TABLE} v ON v.root_id = m.root_id WHERE {where}", [user_id, model]
+    trees = access.member_trees(user_id)
+    return f"FROM {trees.sql} m JOIN {TABLE} v ON v.root_id = m.root_id WHERE {where}", [*trees.params, model]
 
 
 def nearest_conversations(
@@ -126,8 +127,8 @@ def _approximate(
 ) -> list[Neighbour]:
     access_sql, access_params = "TRUE", []
     if user_id is not None:
-        access_sql = access.member_sql("v.root_id")
-        access_params = [user_id]
+        member = access.is_member("v.root_id", user_id)
+        access_sql, access_params = member.sql, [*member.params]
     # No "distance >= cursor" floor in the scan: a conversation of an earlier page must be seen with its best
     # vector (nearest first), or its farther vectors would bring it back on this page.
     fetch = max(count * 4, 40)

@@ -51,7 +51,7 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
                 description="Case-insensitive title substring",
             ),
             AFTER_CURSOR,
-            limit_parameter("conversations"),
+            limit_parameter(serializers.CONVERSATIONS_LIMIT),
         ],
         responses={200: page_of(responses.ConversationListItem), **error_responses(400, 401)},
     )
@@ -59,7 +59,7 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         params = request.query_params
         mode = serializers.list_mode(params.get("mode"))
         query = serializers.title_query(params.get("query"))
-        cursor, limit = page_params(request, "conversations")
+        cursor, limit = page_params(request, serializers.CONVERSATIONS_LIMIT)
         return Response(selectors.list_conversations(request.user, mode=mode, query=query, cursor=cursor, limit=limit))
 
     @extend_schema(
@@ -120,14 +120,14 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         description="Oldest first. A fork shows its parent's entries before the fork point, then its own. "
         "context entries are visible only to the API-key client that wrote them (channel=context without a "
         "client is 403).",
-        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter("conversation_entries")],
+        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter(serializers.ENTRIES_LIMIT)],
         responses={200: page_of(responses.EntryResponse), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
     def entries(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
         channel = serializers.channel_param(request.query_params.get("channel"))
-        cursor, limit = page_params(request, "conversation_entries")
+        cursor, limit = page_params(request, serializers.ENTRIES_LIMIT)
         return Response(selectors.list_entries(request.user, conversation_id, channel=channel, cursor=cursor, limit=limit))
 
     @extend_schema(
@@ -168,7 +168,7 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
     @action(detail=False, methods=["post"], url_path="search")
     def search(self, request: Request) -> Response:
         data = validated(serializers.SearchSerializer, request.data)
-        limit = pagination.parse_limit(data.get("limit"), "conversation_search")
+        limit = pagination.parse_limit(data.get("limit"), serializers.SEARCH_LIMIT)
         return Response(
             conversation_search.search(
                 conversation_search.SearchScope(request.user.user_id),
@@ -184,12 +184,12 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         summary="List history entries without index text (indexer role)",
         description="History entries of live conversations that have no index text yet, oldest first, for an "
         "external indexer that sets it with POST /v1/conversations/index. Indexer or admin role (403 otherwise).",
-        parameters=[AFTER_CURSOR, limit_parameter("conversations_unindexed")],
+        parameters=[AFTER_CURSOR, limit_parameter(serializers.UNINDEXED_LIMIT)],
         responses={200: page_of(responses.UnindexedItem), **error_responses(400, 401, 403)},
     )
     @action(detail=False, methods=["get"], url_path="unindexed", permission_classes=[IsIndexer])
     def unindexed(self, request: Request) -> Response:
-        cursor, limit = page_params(request, "conversations_unindexed")
+        cursor, limit = page_params(request, serializers.UNINDEXED_LIMIT)
         self.authorize(request)
         return Response(conversation_search.unindexed(cursor=cursor, limit=limit))
 
@@ -213,13 +213,13 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         tags=["conversations"],
         summary="List the conversation's fork tree",
         description="Every conversation of the tree, the root included, oldest first.",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("conversation_forks")],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(serializers.FORKS_LIMIT)],
         responses={200: page_of(responses.ForkItem), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="forks")
     def forks(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        cursor, limit = page_params(request, "conversation_forks")
+        cursor, limit = page_params(request, serializers.FORKS_LIMIT)
         return Response(selectors.forks(request.user, conversation_id, cursor=cursor, limit=limit))
 
 
@@ -240,14 +240,14 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
             OpenApiParameter("userId", USER_ID_SCHEMA, description="Owner filter"),
             OpenApiParameter("includeDeleted", bool),
             AFTER_CURSOR,
-            limit_parameter("admin_conversations"),
+            limit_parameter(serializers.ADMIN_CONVERSATIONS_LIMIT),
         ],
         responses={200: page_of(responses.AdminConversation), **error_responses(400, 401, 403)},
     )
     def list(self, request: Request) -> Response:
         user_id = user_id_param(request.query_params.get("userId"), "userId")
         include_deleted = flag_param(request.query_params.get("includeDeleted"), "includeDeleted")
-        cursor, limit = page_params(request, "admin_conversations")
+        cursor, limit = page_params(request, serializers.ADMIN_CONVERSATIONS_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,
@@ -275,14 +275,14 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's entries (all channels)",
-        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter("admin_conversation_entries")],
+        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter(serializers.ADMIN_ENTRIES_LIMIT)],
         responses={200: page_of(responses.EntryResponse), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
     def entries(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
         channel = serializers.channel_param(request.query_params.get("channel"))
-        cursor, limit = page_params(request, "admin_conversation_entries")
+        cursor, limit = page_params(request, serializers.ADMIN_ENTRIES_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,
@@ -295,13 +295,13 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's fork tree (deleted forks too)",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_forks")],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(serializers.ADMIN_FORKS_LIMIT)],
         responses={200: page_of(responses.ForkItem), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="forks")
     def forks(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        cursor, limit = page_params(request, "admin_conversation_forks")
+        cursor, limit = page_params(request, serializers.ADMIN_FORKS_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,
@@ -322,7 +322,7 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
     @action(detail=False, methods=["post"], url_path="search")
     def search(self, request: Request) -> Response:
         data = validated(serializers.AdminSearchSerializer, request.data)
-        limit = pagination.parse_limit(data.get("limit"), "admin_conversation_search")
+        limit = pagination.parse_limit(data.get("limit"), serializers.ADMIN_SEARCH_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,

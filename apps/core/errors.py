@@ -152,23 +152,61 @@ def _flatten_drf_detail(detail: Any, prefix: str = "") -> dict[str, str]:
     return {prefix or "body": str(detail)}
 
 
-# The database is down, frozen, restarting or refusing connections, a connection broke, or a statement ran past
-# DB_STATEMENT_TIMEOUT_SECONDS (apps.core.db.base): the request may succeed later, so 503, never a 500.
-_DATABASE_UNAVAILABLE = (DbOperationalError, DbInterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+# What a database failure tells the caller (issue 28 item 5): only a failure of the connection itself is 503.
+_DATABASE_ERRORS = (DbOperationalError, DbInterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+# SQLSTATEs, or their two-character classes, a concurrent request caused: the request itself is fine and a retry
+# may succeed. Fork trees take locks in one order (apps.conversations.trees), so a deadlock should not happen; if one
+# does, it is a conflict with another request, not an outage.
+_CONFLICT_STATES = {"40P01", "40001", "55P03"}  # deadlock, serialization failure, lock not available
+# The server is there but cannot serve this session now: it is shutting down or restarting (57P01-57P03), out of
+# connection slots or memory (53xxx), or a statement ran past DB_STATEMENT_TIMEOUT_SECONDS (57014: busy, not
+# broken). Class 08 is a connection failure reported by the server.
+_UNAVAILABLE_CLASSES = {"08", "57"}
+_UNAVAILABLE_STATES = {"53000", "53200", "53300", "53400"}
+# The server refuses the work for a reason a retry cannot fix until an operator acts: a 500 with its own code.
+_SERVER_LIMIT_STATES = {"53100": "disk_full"}
+_SERVER_LIMIT_CLASSES = {"54": "program_limit_exceeded"}  # statement too complex, too many columns or arguments
 
 
 def database_unavailable() -> ApiError:
     return ApiError(503, "The database is unavailable; retry shortly.", headers={"Retry-After": "2"})
 
 
+def database_error(exc: BaseException) -> ApiError | None:
+    """The answer to a failure raised by the database driver (Django's wrapper or psycopg's own), by its SQLSTATE;
+    None for anything else.
+
+    - no SQLSTATE (the connection broke, was refused, or the server stayed silent: apps.core.db.base), class 08,
+      class 57 (shutdown, restart, statement timeout) and 53000/53200/53300/53400 (out of connections or memory):
+      503 ``unavailable`` with Retry-After;
+    - 40P01 (deadlock), 40001 (serialization failure), 55P03 (lock not available): 409 ``conflict``, retryable;
+    - 53100 (disk full): 500 ``disk_full``; class 54 (a program limit): 500 ``program_limit_exceeded``;
+    - any other SQLSTATE: None (an unexpected error: 500 ``internal_error``).
+    Logged with the SQLSTATE and the class names only: a driver message can quote the statement."""
+    if not isinstance(exc, _DATABASE_ERRORS):
+        return None
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None)
+    log = {"error": type(exc).__name__, "cause": type(cause).__name__, "sqlstate": sqlstate}
+    if sqlstate is None or sqlstate[:2] in _UNAVAILABLE_CLASSES or sqlstate in _UNAVAILABLE_STATES:
+        logger.warning("database unavailable", extra=log)
+        return database_unavailable()
+    if sqlstate in _CONFLICT_STATES:
+        logger.warning("database conflict with a concurrent request", extra=log)
+        return conflict("The request conflicted with a concurrent one and was not applied; retry it.")
+    code = _SERVER_LIMIT_STATES.get(sqlstate) or _SERVER_LIMIT_CLASSES.get(sqlstate[:2])
+    if code is not None:
+        logger.error("database refused the work", extra={**log, "code": code})
+        return ApiError(500, "The database cannot do this now; the operator has been alerted.", code=code)
+    return None
+
+
 def from_exception(exc: Exception) -> ApiError | None:
     """Map a known exception onto the error model; ``None`` means unexpected (a 500)."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, _DATABASE_UNAVAILABLE):
-        # The class only: a driver message can quote the statement.
-        logger.warning("database unavailable", extra={"error": type(exc).__name__, "cause": type(exc.__cause__).__name__})
-        return database_unavailable()
+    if isinstance(exc, _DATABASE_ERRORS):
+        return database_error(exc)
     if isinstance(exc, drf_exceptions.ValidationError):
         return validation_error(_flatten_drf_detail(exc.detail))
     if isinstance(exc, drf_exceptions.ParseError):

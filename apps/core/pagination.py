@@ -1,6 +1,8 @@
-"""The one pagination module (D3): per-endpoint limit bounds, the cursor codec and the keyset pager.
+"""The one pagination module (D3): the limit check, the cursor codec and the keyset pager.
 
-Every list endpoint takes its limit bounds from ``LIMITS``, which mirrors the interface's limits table.
+Every list declares its own limit bounds (``LimitBounds``) with its request validation (its app's serializers.py),
+and its view hands them to ``parse_limit`` (through apps.core.requests.page_params for a query) and to the schema
+helpers of apps.core.serializers; nothing here knows the endpoints.
 
 A cursor is base64url (unpadded) of the JSON ``[position, item id, tag]`` of the last item returned: the position is
 the list's sort value (a timestamp, a score or a sequence number), the id a UUID, and the tag names the list (and,
@@ -40,37 +42,21 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class LimitBounds:
+    """A list's ``limit``: the default when it is absent and the maximum (D3: the minimum is 1). Each list declares
+    its own in its app's serializers.py, as the interface's limits table gives them, and its view names them; this
+    module only checks them."""
+
     default: int
     maximum: int
     minimum: int = 1
 
 
-# Endpoint name -> bounds. Mirrors the interface's "Limits" table; nothing else defines limits.
-LIMITS: dict[str, LimitBounds] = {
-    "conversations": LimitBounds(20, 200),
-    "conversation_entries": LimitBounds(50, 200),
-    "conversation_memberships": LimitBounds(50, 200),
-    "conversation_forks": LimitBounds(50, 200),
-    "conversation_search": LimitBounds(20, 200),
-    "conversations_unindexed": LimitBounds(100, 200),
-    "ownership_transfers": LimitBounds(50, 200),
-    "admin_conversations": LimitBounds(100, 1000),
-    "admin_conversation_entries": LimitBounds(50, 1000),
-    "admin_conversation_memberships": LimitBounds(50, 1000),
-    "admin_conversation_forks": LimitBounds(50, 1000),
-    "admin_conversation_search": LimitBounds(20, 1000),
-    "admin_attachments": LimitBounds(50, 1000),
-    "memory_search": LimitBounds(10, 100),
-    "memory_events": LimitBounds(50, 200),
-}
-
 MAX_OFFSET = 10_000  # memory search pages by offset (D3)
 
 
-def parse_limit(raw: Any, endpoint: str, field: str = "limit", *, body: bool = False) -> int:
-    """The request's limit, or the endpoint default when absent; anything else than an integer in bounds is 400.
-    A query value is text ("5"); a JSON body's (``body=True``) must be a JSON integer."""
-    bounds = LIMITS[endpoint]
+def parse_limit(raw: Any, bounds: LimitBounds, field: str = "limit", *, body: bool = False) -> int:
+    """The request's limit, or ``bounds.default`` when absent; anything else than an integer within ``bounds`` is
+    400. A query value is text ("5"); a JSON body's (``body=True``) must be a JSON integer."""
     if raw is None:
         return bounds.default  # an empty query value is not absent: int("") below makes it a 400 (D3)
     if isinstance(raw, bool):

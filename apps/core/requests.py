@@ -37,11 +37,11 @@ def path_text(value: str, field: str, max_chars: int = MAX_USER_ID_CHARS) -> str
     return value
 
 
-def page_params(request: Request, endpoint: str) -> tuple[str | None, int]:
+def page_params(request: Request, bounds: pagination.LimitBounds) -> tuple[str | None, int]:
     """(afterCursor, limit) of a cursor-paginated list: the cursor as sent (the list's selector decodes it; empty
-    is the first page), the limit within ``LIMITS[endpoint]`` (apps.core.pagination)."""
+    is the first page), the limit within the list's ``bounds`` (apps.core.pagination.parse_limit)."""
     params = request.query_params
-    return params.get("afterCursor") or None, pagination.parse_limit(params.get("limit"), endpoint)
+    return params.get("afterCursor") or None, pagination.parse_limit(params.get("limit"), bounds)
 
 
 def flag_param(raw: str | None, name: str) -> bool:

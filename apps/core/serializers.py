@@ -14,7 +14,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from apps.core import errors
-from apps.core.pagination import CURSOR_SCHEMA, LIMITS, parse_limit
+from apps.core.pagination import CURSOR_SCHEMA, LimitBounds, parse_limit
 
 
 def _clone_field(field: serializers.Field) -> serializers.Field:
@@ -202,7 +202,8 @@ _ERROR_DESCRIPTIONS = {
     413: "Payload too large",
     500: "Internal error (code policy_error when a policy fails to evaluate; code undecryptable when the stored "
     "value this single-item read returns does not decrypt with the service's keys: a key missing from "
-    "MEMORY_ENCRYPTION_KEYS or a damaged row, which retrying does not fix)",
+    "MEMORY_ENCRYPTION_KEYS or a damaged row, which retrying does not fix; code disk_full or "
+    "program_limit_exceeded when the database refuses the work until an operator acts)",
     503: "A dependency is unavailable (the database down, frozen or unreachable; Redis for the event stream; the "
     "embedding provider for semantic search): retry later",
 }
@@ -267,17 +268,15 @@ class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
         return schema
 
 
-def limit_schema(endpoint: str) -> dict[str, Any]:
-    """A list's ``limit`` in OpenAPI, with the bounds apps.core.pagination enforces (``LIMITS``)."""
-    bounds = LIMITS[endpoint]
+def limit_schema(bounds: LimitBounds) -> dict[str, Any]:
+    """A list's ``limit`` in OpenAPI, with the bounds apps.core.pagination.parse_limit enforces."""
     return {"type": "integer", "minimum": bounds.minimum, "maximum": bounds.maximum, "default": bounds.default}
 
 
-def limit_parameter(endpoint: str) -> OpenApiParameter:
+def limit_parameter(bounds: LimitBounds) -> OpenApiParameter:
     """The ``limit`` query parameter of a paginated list."""
-    bounds = LIMITS[endpoint]
     return OpenApiParameter(
-        "limit", limit_schema(endpoint), description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}"
+        "limit", limit_schema(bounds), description=f"{bounds.minimum}..{bounds.maximum}, default {bounds.default}"
     )
 
 
@@ -289,16 +288,16 @@ def cursor_parameter(name: str = "afterCursor") -> OpenApiParameter:
 
 
 @functools.cache
-def body_limit_field(endpoint: str) -> type[serializers.JSONField]:
+def body_limit_field(bounds: LimitBounds) -> type[serializers.JSONField]:
     """The ``limit`` of a JSON request body: a JSON integer (``"5"`` is a 400: body types are strict, unlike a query
-    string's, where every value is text) within ``LIMITS[endpoint]``, checked by apps.core.pagination.parse_limit,
-    the one place limits are checked; the schema states both."""
+    string's, where every value is text) within ``bounds``, checked by apps.core.pagination.parse_limit, the one
+    place limits are checked; the schema states both."""
 
-    @extend_schema_field(limit_schema(endpoint))
+    @extend_schema_field(limit_schema(bounds))
     class BodyLimitField(serializers.JSONField):
         def to_internal_value(self, data: Any) -> int:
             try:
-                return parse_limit(data, endpoint, self.field_name, body=True)
+                return parse_limit(data, bounds, self.field_name, body=True)
             except errors.ApiError as refusal:  # reported with the body's other fields
                 raise serializers.ValidationError(refusal.details["fields"][self.field_name]) from None
 

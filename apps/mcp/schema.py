@@ -3,7 +3,7 @@
 A tool's ``inputSchema`` is its arguments serializer and its ``outputSchema`` the REST response serializer it
 answers with, both mapped by drf-spectacular exactly as for the OpenAPI document (the apps' schema extensions
 included: strict bodies are ``additionalProperties: false``, strings refuse NUL, limits state their bounds). So a
-limit changed in a serializer or in ``apps.core.pagination.LIMITS`` changes the tool's schema too, and the schema is
+limit changed in a serializer (an app's ``LimitBounds``) changes the tool's schema too, and the schema is
 as strict as the validation behind it.
 
 MCP wants JSON Schema (2020-12), not OpenAPI 3.0: ``nullable`` becomes a ``null`` alternative, component ``$ref``s

@@ -207,7 +207,7 @@ def search_memories(principal: Principal, data: dict[str, Any]) -> dict[str, Any
     unhandled = sorted(set(data) - SEARCH_FIELDS_HANDLED)
     if unhandled:
         raise errors.validation_error({name: "not supported by this tool yet" for name in unhandled})
-    limit = pagination.parse_limit(data.get("limit"), "memory_search")
+    limit = pagination.parse_limit(data.get("limit"), memory_serializers.SEARCH_LIMIT)
     offset = pagination.parse_offset(data.get("offset"))
     if "query" in data:
         items = memory_semantic.search(
@@ -282,7 +282,7 @@ class ListMemoryEventsArguments(StrictSerializer):
     after = TimestampField(required=False, help_text="Strict lower bound on occurred_at")
     before = TimestampField(required=False, help_text="Strict upper bound on occurred_at")
     after_cursor = CursorArgument(required=False, help_text="after_cursor of the previous page; never null")
-    limit = body_limit_field("memory_events")(required=False)
+    limit = body_limit_field(memory_serializers.EVENTS_LIMIT)(required=False)
 
 
 def list_memory_events(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
@@ -292,7 +292,7 @@ def list_memory_events(principal: Principal, data: dict[str, Any]) -> dict[str, 
         after=data.get("after"),
         before=data.get("before"),
         after_cursor=data.get("after_cursor") or None,
-        limit=pagination.parse_limit(data.get("limit"), "memory_events"),
+        limit=pagination.parse_limit(data.get("limit"), memory_serializers.EVENTS_LIMIT),
     )
     return memory_selectors.list_events(principal, query)
 
@@ -312,7 +312,7 @@ class ListConversationsArguments(StrictSerializer):
         help_text="Case-insensitive title substring",
     )
     after_cursor = CursorArgument(required=False, help_text="afterCursor of the previous page")
-    limit = body_limit_field("conversations")(required=False)
+    limit = body_limit_field(conversation_serializers.CONVERSATIONS_LIMIT)(required=False)
 
 
 def list_conversations(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
@@ -321,7 +321,7 @@ def list_conversations(principal: Principal, data: dict[str, Any]) -> dict[str, 
         mode=data["mode"],
         query=conversation_serializers.title_query(data.get("query")),
         cursor=data.get("after_cursor") or None,
-        limit=pagination.parse_limit(data.get("limit"), "conversations"),
+        limit=pagination.parse_limit(data.get("limit"), conversation_serializers.CONVERSATIONS_LIMIT),
     )
 
 
@@ -354,7 +354,7 @@ class ListEntriesArguments(StrictSerializer):
         help_text="Omitted: history entries plus the calling API-key client's own context entries",
     )
     after_cursor = CursorArgument(required=False, help_text="afterCursor of the previous page")
-    limit = body_limit_field("conversation_entries")(required=False)
+    limit = body_limit_field(conversation_serializers.ENTRIES_LIMIT)(required=False)
 
 
 def list_entries(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +370,7 @@ def _entry_page(data: dict[str, Any]) -> dict[str, Any]:
     """The page arguments of list_entries as the selector takes them (where ``tail`` and ``before_cursor`` go)."""
     return {
         "cursor": data.get("after_cursor") or None,
-        "limit": pagination.parse_limit(data.get("limit"), "conversation_entries"),
+        "limit": pagination.parse_limit(data.get("limit"), conversation_serializers.ENTRIES_LIMIT),
     }
 
 
@@ -408,7 +408,7 @@ class SearchConversationsArguments(StrictSerializer):
         help_text="auto (default: full-text and semantic fused), fulltext or semantic",
     )
     after_cursor = CursorArgument(required=False, help_text="afterCursor of the previous page, same query")
-    limit = body_limit_field("conversation_search")(required=False)
+    limit = body_limit_field(conversation_serializers.SEARCH_LIMIT)(required=False)
 
 
 _SEARCH_NAMES = {"afterCursor": "after_cursor", "searchType": "search_type"}
@@ -422,7 +422,7 @@ def search_conversations(principal: Principal, data: dict[str, Any]) -> dict[str
         conversation_search.SearchScope(principal.user_id),
         query=body["query"],
         search_type=body["searchType"],
-        limit=pagination.parse_limit(body.get("limit"), "conversation_search"),
+        limit=pagination.parse_limit(body.get("limit"), conversation_serializers.SEARCH_LIMIT),
         cursor=body.get("afterCursor") or None,
     )
 

@@ -9,6 +9,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core.pagination import LimitBounds
 from apps.core.serializers import (
     NO_NUL_PATTERN,
     JsonObjectField,
@@ -28,6 +29,9 @@ MAX_KEY_BYTES = 1024
 MAX_INDEX_FIELDS = 256
 MAX_INDEX_TEXT_BYTES = 256 * 1024  # UTF-8 bytes of all field values together
 MAX_QUERY_CHARS = 8192
+# The lists' limit bounds (the interface's limits table), named by their views (and the MCP tools that mirror them).
+SEARCH_LIMIT = LimitBounds(default=10, maximum=100)  # POST /v1/memories/search, in the body
+EVENTS_LIMIT = LimitBounds(default=50, maximum=200)  # GET /v1/memories/events
 
 
 def _segment_field() -> StrictCharField:
@@ -238,7 +242,7 @@ class MemorySearchSerializer(StrictSerializer):
     namespace_prefix = serializers.ListField(child=_segment_field())
     query = StrictCharField(required=False, allow_blank=False, max_length=MAX_QUERY_CHARS)
     filter = FilterField(required=False)
-    limit = body_limit_field("memory_search")(required=False)
+    limit = body_limit_field(SEARCH_LIMIT)(required=False)
     offset = SearchOffsetField(required=False)
 
 

@@ -104,7 +104,7 @@ class MemorySearchView(APIView):
         data = serializers.plainly_valid_search(request.data)
         if data is None:
             data = validated(serializers.MemorySearchSerializer, request.data)
-        limit = pagination.parse_limit(data.get("limit"), "memory_search")
+        limit = pagination.parse_limit(data.get("limit"), serializers.SEARCH_LIMIT)
         offset = pagination.parse_offset(data.get("offset"))
         if "query" in data:
             items = semantic.search(
@@ -224,7 +224,7 @@ class MemoryEventsView(APIView):
             OpenApiParameter("after", OpenApiTypes.DATETIME, description="Strict lower bound on occurred_at"),
             OpenApiParameter("before", OpenApiTypes.DATETIME, description="Strict upper bound on occurred_at"),
             cursor_parameter("after_cursor"),
-            limit_parameter("memory_events"),
+            limit_parameter(serializers.EVENTS_LIMIT),
         ],
         responses={200: responses.MemoryEventsResponse, **error_responses(400, 401)},
     )
@@ -235,6 +235,6 @@ class MemoryEventsView(APIView):
             after=_timestamp_param(request, "after"),
             before=_timestamp_param(request, "before"),
             after_cursor=request.query_params.get("after_cursor") or None,
-            limit=pagination.parse_limit(request.query_params.get("limit"), "memory_events"),
+            limit=pagination.parse_limit(request.query_params.get("limit"), serializers.EVENTS_LIMIT),
         )
         return Response(selectors.list_events(request.user, query))

@@ -7,6 +7,9 @@ class SharingConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.core import signals
-        from apps.sharing import services
+        from apps.events import publisher
+        from apps.sharing import access, services
 
         signals.conversation_deleting.connect(services.on_conversation_deleting, dispatch_uid="sharing.on_delete")
+        # The live stream's recipients are the trees' members (D8): the events app asks here, importing nothing.
+        publisher.register_audience(access.audiences)

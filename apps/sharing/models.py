@@ -1,6 +1,7 @@
 """Memberships and pending ownership transfers, both keyed by fork tree (``root_id``, see apps.conversations).
 
-No foreign keys to apps.conversations (it imports only apps.sharing.access). Rows of a deleted tree are removed by
+No foreign keys to apps.conversations (which imports only apps.sharing.access; this app reads its trees through
+apps.conversations.trees). Rows of a deleted tree are removed by
 the ``conversation_deleting`` signal handler in the same transaction; its memberships move to
 ``ArchivedMembership``, which only the admin view reads. Table names are fixed: apps.sharing.access reads
 ``conversation_memberships`` with raw SQL, in its own queries and in the fragments other apps embed.

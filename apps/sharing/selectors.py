@@ -8,6 +8,7 @@ from uuid import UUID
 
 from django.db.models import Q
 
+from apps.conversations import trees
 from apps.core import errors, pagination
 from apps.core.serializers import isoformat
 from apps.identity.principal import Principal
@@ -63,7 +64,7 @@ def list_memberships(principal: Principal, conversation_id: UUID, *, cursor: str
 def admin_list_memberships(conversation_id: UUID, *, cursor: str | None, limit: int) -> dict:
     """The tree's members; for a deleted tree, the members it had when it was deleted (the archive: a deleted tree
     has no live memberships, a live one no archived ones)."""
-    root_id = access.root_of(str(conversation_id))
+    root_id = trees.root_of(conversation_id)
     if root_id is None:
         raise errors.not_found("Conversation not found.")
     archived = ArchivedMembership.objects.filter(root_id=root_id).exists()

@@ -4,6 +4,7 @@ and query parameters. Response shapes: apps.sharing.responses."""
 from __future__ import annotations
 
 from apps.core import errors
+from apps.core.pagination import LimitBounds
 from apps.core.serializers import (
     MAX_USER_ID_CHARS,
     StrictCharField,
@@ -14,6 +15,10 @@ from apps.core.serializers import (
 from apps.sharing.access import LEVELS
 
 TRANSFER_ROLES = ("recipient", "sender", "all")
+# Each list's limit bounds (the interface's limits table), named by its view.
+MEMBERSHIPS_LIMIT = LimitBounds(default=50, maximum=200)
+TRANSFERS_LIMIT = LimitBounds(default=50, maximum=200)
+ADMIN_MEMBERSHIPS_LIMIT = LimitBounds(default=50, maximum=1000)
 
 
 class UserIdField(StrictCharField):

@@ -1,6 +1,7 @@
-"""Membership and ownership-transfer writes. Each is one transaction that first locks the fork tree's root row
-(apps.sharing.access.lock_tree / lock_root), so changes to one tree serialise and take locks in one order; the
-invariants themselves (one membership per user and tree, one pending transfer per tree) are unique indexes.
+"""Membership and ownership-transfer writes. Each is one transaction that first takes the fork tree's lock
+(apps.sharing.access.lock_tree, apps.conversations.trees.lock_root), so changes to one tree serialise and take locks
+in the order apps.conversations.trees documents; the invariants themselves (one membership per user and tree, one
+pending transfer per tree) are unique indexes.
 
 Rules (D6): owner grants anything (owner included: a co-owner; ownerUserId stays); a manager adds, changes and
 removes only writers and readers, and only to writer or reader; the primary owner's membership cannot be lowered
@@ -20,8 +21,9 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.conversations import trees
 from apps.core import errors
-from apps.events.publisher import publish
+from apps.events.publisher import publish, publish_all
 from apps.identity.principal import Principal
 from apps.limits import services as limits
 from apps.sharing import access, selectors
@@ -43,8 +45,9 @@ def _require_manager(level: str | None) -> None:
         raise errors.forbidden("Only an owner or a manager may change memberships.")
 
 
-def _membership_event(event: str, conversation_id: UUID, user_id: str, level: str) -> None:
-    publish(event, "membership", {"conversationId": str(conversation_id), "userId": user_id, "accessLevel": level})
+def _membership(event: str, conversation_id: UUID, user_id: str, level: str) -> tuple[str, str, dict]:
+    """A membership event (apps.events.publisher), recorded by the write and sent after it commits."""
+    return event, "membership", {"conversationId": str(conversation_id), "userId": user_id, "accessLevel": level}
 
 
 # --- Memberships ------------------------------------------------------------------------------------------------
@@ -69,7 +72,7 @@ def add_membership(principal: Principal, conversation_id: UUID, *, user_id: str,
         # Counted under the tree lock, which every membership write takes: concurrent adds cannot overshoot. The
         # tree owner's limit applies.
         limits.check_count(owner, "members_per_conversation", access.count_members(root_id) - 1)
-        _membership_event("created", conversation_id, user_id, access_level)
+        publish(*_membership("created", conversation_id, user_id, access_level))
         membership = Membership(root_id=root_id, user_id=user_id, access_level=access_level, created_at=now)
     return selectors.membership_response(membership, conversation_id)
 
@@ -98,7 +101,7 @@ def update_membership(principal: Principal, conversation_id: UUID, *, user_id: s
                 # No longer an owner: a transfer they started no longer has an owner behind it.
                 OwnershipTransfer.objects.filter(root_id=root_id, from_user_id=user_id).delete()
             target.access_level = access_level
-            _membership_event("updated", conversation_id, user_id, access_level)
+            publish(*_membership("updated", conversation_id, user_id, access_level))
     return selectors.membership_response(target, conversation_id)
 
 
@@ -115,8 +118,7 @@ def remove_membership(principal: Principal, conversation_id: UUID, *, user_id: s
             raise errors.validation_error(
                 {"userId": "the primary owner's membership cannot be removed; transfer ownership first"}
             )
-        # Published before the row goes: recipients are resolved from the memberships.
-        _membership_event("deleted", conversation_id, user_id, target.access_level)
+        publish(*_membership("deleted", conversation_id, user_id, target.access_level))
         OwnershipTransfer.objects.filter(Q(to_user_id=user_id) | Q(from_user_id=user_id), root_id=root_id).delete()
         Membership.objects.filter(pk=target.pk).delete()
 
@@ -173,7 +175,7 @@ def accept_transfer(principal: Principal, transfer_id: UUID) -> None:
         root_id, to_user_id = found
         if to_user_id != principal.user_id:
             raise errors.forbidden("Only the recipient may accept a transfer.")
-        previous_owner = access.lock_root(str(root_id))
+        previous_owner = trees.lock_root(root_id)
         # Re-read under the tree lock: of concurrent accepts (or an accept racing a cancel, a removal or a lowering
         # of the sender) exactly one finds it, and it sees the memberships as that lock left them.
         transfer = OwnershipTransfer.objects.select_for_update().filter(id=transfer_id).first()
@@ -200,11 +202,12 @@ def _complete_transfer(transfer: OwnershipTransfer, previous_owner: str) -> None
         Membership.objects.create(
             root_id=root_id, user_id=to_user_id, access_level=AccessLevel.OWNER, created_at=timezone.now()
         )
-    _membership_event("updated", conversation_id, to_user_id, AccessLevel.OWNER)
+    events = [_membership("updated", conversation_id, to_user_id, AccessLevel.OWNER)]
     if previous_owner != to_user_id:
         Membership.objects.filter(root_id=root_id, user_id=previous_owner).update(access_level=AccessLevel.MANAGER)
-        _membership_event("updated", conversation_id, previous_owner, AccessLevel.MANAGER)
-    live = access.set_tree_owner(str(root_id), to_user_id)
+        events.append(_membership("updated", conversation_id, previous_owner, AccessLevel.MANAGER))
+    publish_all(events)
+    live = trees.set_owner(root_id, to_user_id)
     # The tree's conversations now count against the new owner (403 quota_exceeded when that passes their limit).
     limits.move("conversations", live, previous_owner, to_user_id)
     transfer.delete()
@@ -229,8 +232,10 @@ def on_conversation_deleting(*, conversation_ids: list[str], root_id: str, whole
     pending transfer; its memberships move to the archive the admin view reads, where they grant nothing. A
     deleted fork takes the transfers that name it."""
     if whole_tree:
-        for user_id, level in Membership.objects.filter(root_id=root_id).values_list("user_id", "access_level"):
-            _membership_event("deleted", UUID(root_id), user_id, level)
+        publish_all(
+            _membership("deleted", UUID(root_id), user_id, level)
+            for user_id, level in Membership.objects.filter(root_id=root_id).values_list("user_id", "access_level")
+        )
         OwnershipTransfer.objects.filter(root_id=root_id).delete()
         with connection.cursor() as cursor:
             cursor.execute(

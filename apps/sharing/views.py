@@ -35,12 +35,12 @@ class MembershipViewSet(viewsets.ViewSet):
         tags=["memberships"],
         summary="List the conversation's members",
         description="Reader or above. Oldest first.",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("conversation_memberships")],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(serializers.MEMBERSHIPS_LIMIT)],
         responses={200: page_of(responses.MembershipResponse), **error_responses(400, 401, 403, 404)},
     )
     def list(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        cursor, limit = page_params(request, "conversation_memberships")
+        cursor, limit = page_params(request, serializers.MEMBERSHIPS_LIMIT)
         return Response(selectors.list_memberships(request.user, conversation_id, cursor=cursor, limit=limit))
 
     @extend_schema(
@@ -102,12 +102,12 @@ class AdminMembershipViewSet(RoleChecked, viewsets.ViewSet):
         summary="List any conversation's members",
         description="Auditor or admin role; audit-logged. For a deleted conversation: the members its fork tree had "
         "when it was deleted (kept for this view only; they grant no access and users see none of them).",
-        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter("admin_conversation_memberships")],
+        parameters=[CONVERSATION_ID, AFTER_CURSOR, limit_parameter(serializers.ADMIN_MEMBERSHIPS_LIMIT)],
         responses={200: page_of(responses.MembershipResponse), **error_responses(400, 401, 403, 404)},
     )
     def list(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
-        cursor, limit = page_params(request, "admin_conversation_memberships")
+        cursor, limit = page_params(request, serializers.ADMIN_MEMBERSHIPS_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,
@@ -130,13 +130,13 @@ class OwnershipTransferViewSet(viewsets.ViewSet):
         parameters=[
             OpenApiParameter("role", str, enum=list(serializers.TRANSFER_ROLES)),
             AFTER_CURSOR,
-            limit_parameter("ownership_transfers"),
+            limit_parameter(serializers.TRANSFERS_LIMIT),
         ],
         responses={200: page_of(responses.TransferResponse), **error_responses(400, 401)},
     )
     def list(self, request: Request) -> Response:
         role = serializers.transfer_role(request.query_params.get("role"))
-        cursor, limit = page_params(request, "ownership_transfers")
+        cursor, limit = page_params(request, serializers.TRANSFERS_LIMIT)
         return Response(selectors.list_transfers(request.user, role=role, cursor=cursor, limit=limit))
 
     @extend_schema(

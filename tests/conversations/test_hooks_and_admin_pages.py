@@ -29,17 +29,22 @@ SECRET = "hook-and-admin-secret-text"
 
 @pytest.fixture
 def published(monkeypatch) -> list[tuple[str, str, dict[str, Any]]]:
-    """Every publish(event, kind, data) call of the conversation and sharing services."""
+    """Every event the conversation and sharing services record (publish(event, kind, data), publish_all(events))."""
     calls: list[tuple[str, str, dict[str, Any]]] = []
 
     def record(event: str, kind: str, data: dict[str, Any]) -> None:
         calls.append((event, kind, dict(data)))
 
+    def record_all(events) -> None:
+        for event in events:
+            record(*event)
+
     import apps.conversations.services as conversation_services
     import apps.sharing.services as sharing_services
 
-    monkeypatch.setattr(conversation_services, "publish", record)
-    monkeypatch.setattr(sharing_services, "publish", record)
+    for services in (conversation_services, sharing_services):
+        monkeypatch.setattr(services, "publish", record)
+        monkeypatch.setattr(services, "publish_all", record_all)
     return calls
 
 

@@ -214,21 +214,22 @@ def test_pager_refuses_another_lists_cursor(rows, source) -> None:
     assert raised.value.details == {"fields": {"after_cursor": "malformed cursor"}}
 
 
-def test_limit_bounds_follow_the_interface_table():
-    assert pagination.parse_limit(None, "conversations") == 20
-    assert pagination.parse_limit("200", "conversations") == 200
-    assert pagination.parse_limit(1000, "admin_conversations") == 1000
-    assert pagination.parse_limit(None, "memory_events") == 50
-    for bad in (0, 201, "x", True, 1.5):
-        with pytest.raises(errors.ApiError):
-            pagination.parse_limit(bad, "conversations")
-    with pytest.raises(errors.ApiError):
-        pagination.parse_limit(101, "memory_search")
+def test_a_limit_is_an_integer_within_its_lists_bounds():
+    bounds = pagination.LimitBounds(default=20, maximum=200)
+    assert pagination.parse_limit(None, bounds) == 20
+    assert pagination.parse_limit("200", bounds) == 200
+    assert pagination.parse_limit(" 7 ", bounds) == 7
+    assert pagination.parse_limit(1000, pagination.LimitBounds(default=100, maximum=1000)) == 1000
+    for bad in (0, 201, "", "x", True, 1.5):
+        with pytest.raises(errors.ApiError) as raised:
+            pagination.parse_limit(bad, bounds)
+        assert raised.value.details == {"fields": {"limit": "must be an integer between 1 and 200"}}
 
 
 def test_a_body_limit_is_a_json_integer():
     """A query's limit is text; a JSON body's is not: "5" there is a 400, from the same check (body_limit_field)."""
-    assert pagination.parse_limit(5, "conversation_search", body=True) == 5
+    bounds = pagination.LimitBounds(default=20, maximum=200)
+    assert pagination.parse_limit(5, bounds, body=True) == 5
     with pytest.raises(errors.ApiError) as raised:
-        pagination.parse_limit("5", "conversation_search", body=True)
+        pagination.parse_limit("5", bounds, body=True)
     assert raised.value.details == {"fields": {"limit": "must be an integer between 1 and 200"}}

@@ -66,15 +66,61 @@ def test_ttl_maximum_is_in_the_schema(schema, settings):
     }
 
 
-@pytest.mark.parametrize(
-    ("path", "endpoint"),
-    [("/v1/admin/attachments", "admin_attachments"), ("/v1/conversations", "conversations")],
-)
-def test_every_limit_has_its_bounds(schema, path, endpoint):
-    from apps.core.pagination import LIMITS
+# The interface's limits table (binding): method, path, where the limit travels, default, maximum. Each list declares
+# its bounds beside its view (or its request serializer); this checks the schema and the server against the table.
+LIMITS_TABLE = [
+    ("get", "/v1/conversations", "query", 20, 200),
+    ("get", "/v1/conversations/{conversationId}/entries", "query", 50, 200),
+    ("get", "/v1/conversations/{conversationId}/memberships", "query", 50, 200),
+    ("get", "/v1/conversations/{conversationId}/forks", "query", 50, 200),
+    ("post", "/v1/conversations/search", "body", 20, 200),
+    ("get", "/v1/conversations/unindexed", "query", 100, 200),
+    ("get", "/v1/ownership-transfers", "query", 50, 200),
+    ("get", "/v1/admin/conversations", "query", 100, 1000),
+    ("get", "/v1/admin/conversations/{conversationId}/entries", "query", 50, 1000),
+    ("get", "/v1/admin/conversations/{conversationId}/memberships", "query", 50, 1000),
+    ("get", "/v1/admin/conversations/{conversationId}/forks", "query", 50, 1000),
+    ("post", "/v1/admin/conversations/search", "body", 20, 1000),
+    ("get", "/v1/admin/attachments", "query", 50, 1000),
+    ("post", "/v1/memories/search", "body", 10, 100),
+    ("get", "/v1/memories/events", "query", 50, 200),
+]
 
-    limit = parameter(schema, path, "get", "limit")
-    assert (limit["minimum"], limit["maximum"]) == (1, LIMITS[endpoint].maximum)
+
+def _limit_schema(schema: dict, method: str, path: str, where: str) -> dict:
+    if where == "query":
+        return parameter(schema, path, method, "limit")
+    ref = schema["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    return component(schema, ref.rsplit("/", 1)[-1])["properties"]["limit"]
+
+
+@pytest.mark.parametrize(("method", "path", "where", "default", "maximum"), LIMITS_TABLE)
+def test_every_limit_has_the_interfaces_bounds_in_the_schema(schema, method, path, where, default, maximum):
+    limit = _limit_schema(schema, method, path, where)
+    assert (limit["type"], limit["minimum"], limit["maximum"], limit["default"]) == ("integer", 1, maximum, default)
+
+
+@pytest.mark.parametrize(("method", "path", "where", "default", "maximum"), LIMITS_TABLE)
+def test_every_limit_is_enforced_with_the_interfaces_bounds(client_for, method, path, where, default, maximum):
+    if path.startswith("/v1/admin/"):
+        client = client_for("alice")
+    elif path.endswith("/unindexed"):
+        client = client_for("indexer-bot", roles=("user", "indexer"))
+    else:
+        client = client_for("bob")
+    path = path.replace("{conversationId}", str(uuid.uuid4()))
+    body = {"namespace_prefix": ["user", "bob"]} if path == "/v1/memories/search" else {"query": "anything"}
+
+    def call(limit: int):
+        if where == "body":
+            return client.post(path, {**body, "limit": limit}, format="json")
+        return client.get(path, {"limit": limit})
+
+    for refused in (0, maximum + 1):
+        response = call(refused)
+        assert response.status_code == 400, (refused, response.content)
+        assert response.json()["details"]["fields"] == {"limit": f"must be an integer between 1 and {maximum}"}
+    assert call(maximum).status_code != 400
 
 
 def test_admin_attachments_limit_zero_is_outside_the_schema_and_refused(schema, client_for):

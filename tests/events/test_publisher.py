@@ -171,7 +171,7 @@ def test_a_write_racing_the_end_of_recovery_is_not_left_owed_with_no_recovery_ru
     payload = streams.encode_event("created", "entry", {"conversationId": conversation, "entryId": "e1"})
     monkeypatch.setattr(publisher, "_recovering", True)
     with publisher._lock:
-        writer = threading.Thread(target=publisher._send, args=([owner], payload, "entry"))
+        writer = threading.Thread(target=publisher._send, args=([([owner], payload, "entry")],))
         writer.start()
         time.sleep(0.2)  # the write reaches the lock
         publisher._recovering = False  # what the recovery thread does once nothing is owed, holding the lock
@@ -272,11 +272,11 @@ def test_an_append_over_http_publishes_once_its_response_is_out(client_for, monk
     sent_from_close: list[bool] = []
     real_send = publisher._send
 
-    def recording_send(recipients, payload, kind):
+    def recording_send(batch):
         sent_from_close.append(
             any(f.function == "close" and f.filename.endswith("django/http/response.py") for f in inspect.stack())
         )
-        real_send(recipients, payload, kind)
+        real_send(batch)
 
     monkeypatch.setattr(publisher, "_send", recording_send)
     response = client_for(owner).post(
@@ -317,3 +317,71 @@ def test_an_event_to_many_members_is_one_call_per_batch_not_one_per_member(setti
         assert streams.valid_entry_id(entry_id.decode())
     finally:
         valkey.stop()
+
+# --- One delivery per write (issue 29) ----------------------------------------------------------------------------
+
+
+def _count_pipelines(monkeypatch) -> list[int]:
+    """The number of stream appends (EVAL of apps.events.streams' script) of every Redis pipeline that carries any,
+    executed from now on (an indexer wake-up, say, is not counted)."""
+    executed: list[int] = []
+    real_execute = redis.client.Pipeline.execute
+
+    def counting(self, *args, **kwargs):
+        appends = sum(1 for command, _options in self.command_stack if command[0] == "EVAL")
+        if appends:
+            executed.append(appends)
+        return real_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counting)
+    return executed
+
+
+def test_an_append_that_creates_its_conversation_is_delivered_in_one_round_trip(client_for, monkeypatch):
+    """Its three events (the conversation, the owner's membership, the entry) are resolved together after commit and
+    sent in one pipeline; it used to be three publishes, each resolving the members again and sending alone."""
+    owner = _user("one")
+    executed = _count_pipelines(monkeypatch)
+    conversation = str(uuid.uuid4())
+    response = client_for(owner).post(
+        f"/v1/conversations/{conversation}/entries", {"content": [{"role": "USER", "text": "hi"}]}, format="json"
+    )
+    assert response.status_code == 201
+    assert executed == [3]
+    assert [(event["event"], event["kind"]) for event in _received(owner)] == [
+        ("created", "conversation"), ("created", "membership"), ("created", "entry")
+    ]
+
+
+def test_deleting_a_tree_tells_the_members_it_had(client_for):
+    """Recipients are resolved after the delete committed, when the tree's memberships are gone (archived): its
+    members still hear that its conversations and their memberships are deleted; nobody else does."""
+    owner, manager, reader, stranger = _user("o"), _user("m"), _user("r"), _user("s")
+    root = _conversation({owner: "owner", manager: "manager", reader: "reader"})
+    assert client_for(owner).delete(f"/v1/conversations/{root}").status_code == 204
+    deleted = {"event": "deleted", "kind": "conversation", "data": {"conversationId": root}}
+    for user in (owner, manager, reader):
+        assert deleted in _received(user)
+    membership_events = {user: [e["data"]["userId"] for e in _received(user) if e["kind"] == "membership"]
+                         for user in (owner, manager, reader)}
+    assert sorted(membership_events[owner]) == sorted(membership_events[manager]) == sorted([owner, manager, reader])
+    assert membership_events[reader] == [reader]
+    assert _received(stranger) == []
+
+
+def test_a_failed_recipients_lookup_never_fails_the_write(client_for, monkeypatch):
+    owner = _user("owner")
+    conversation = _conversation({owner: "owner"})
+
+    def broken(_conversation_ids):
+        raise RuntimeError("the database went away after the commit")
+
+    monkeypatch.setattr(publisher, "_audience", broken)
+    response = client_for(owner).post(
+        f"/v1/conversations/{conversation}/entries", {"content": [{"role": "USER", "text": "kept"}]}, format="json"
+    )
+    assert response.status_code == 201
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM conversation_entries WHERE conversation_id = %s", [conversation])
+        assert cursor.fetchone()[0] == 1
+    assert _received(owner) == []

@@ -270,7 +270,9 @@ def test_a_last_event_id_past_retention_or_unknown_gets_one_invalidate_then_the_
     if last_event_id == "past-retention":
         last_event_id = _write_past_retention(alice.name)
     conversation = alice.create_conversation()
-    alice.append(conversation)  # after the last id: not replayed
+    first = alice.append(conversation)  # after the last id: not replayed
+    # Its events go out after its response: wait for them, or the resumed stream may get this entry live.
+    alice.wait_published(lambda events: any(event["data"].get("entryId") == first["id"] for event in events))
     resumed = alice.stream("?kinds=entry", last_event_id=last_event_id)
     assert resumed.next().data == {"event": "invalidate", "kind": "stream", "data": {}}
     entry = alice.append(conversation)

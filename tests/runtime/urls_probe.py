@@ -11,6 +11,8 @@ from rest_framework.response import Response
 from apps.core import pagination
 from config import urls as real_urls
 
+PROBE_LIMIT = pagination.LimitBounds(default=20, maximum=200)
+
 
 class EchoSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=10)
@@ -30,7 +32,7 @@ def echo(request):
 @authentication_classes([])
 @permission_classes([])
 def limited(request):
-    return Response({"limit": pagination.parse_limit(request.query_params.get("limit"), "conversations")})
+    return Response({"limit": pagination.parse_limit(request.query_params.get("limit"), PROBE_LIMIT)})
 
 
 @api_view(["GET"])
