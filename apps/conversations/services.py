@@ -26,6 +26,7 @@ from django.utils import timezone
 from apps.conversations import selectors
 from apps.conversations.indexer import INDEXER
 from apps.conversations.models import Channel, Conversation, Entry
+from apps.conversations.responses import EntryResponse
 from apps.core import crypto, errors, signals
 from apps.events.publisher import publish
 from apps.identity.principal import Principal
@@ -288,8 +289,8 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
         if data.get("indexedContent") is not None or (channel == Channel.HISTORY and settings.CONVERSATION_AUTO_INDEX):
             # One indexer task per burst of appends (Indexer.request_run), after commit.
             transaction.on_commit(INDEXER.request_run_quietly)
-    return selectors.entry_response(
-        entry_id=entry_id,
+    return EntryResponse.render(
+        id=entry_id,
         conversation_id=conversation_id,
         user_id=principal.user_id,
         channel=channel,
