@@ -14,9 +14,9 @@ from rest_framework.response import Response
 from apps.conversations import responses, selectors, serializers, services
 from apps.conversations import search as conversation_search
 from apps.core import audit, pagination
-from apps.core.shapes import page_of
 from apps.core.requests import flag_param, page_params, path_uuid, user_id_param, validated
 from apps.core.serializers import NO_NUL_PATTERN, USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
+from apps.core.shapes import page_of
 from apps.identity.permissions import IsAuditor, IsIndexer, RoleChecked
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)

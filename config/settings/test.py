@@ -1,4 +1,5 @@
-"""pytest-django: the embedded PostgreSQL (a fresh test database per session) unless DATABASE_URL is set."""
+"""pytest-django: the embedded PostgreSQL (a fresh test database per session, the server started when a test first
+needs it) unless DATABASE_URL is set."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.runtime import embedded_services
 from config.env import env_bool
 
-from .embedded import *  # noqa: F403
+# The embedded PostgreSQL is started by the session when its first test that uses the database is set up
+# (tests/conftest.py), not here: a run of tests that need none (`pytest tests/core/test_cursors.py`) starts none.
+embedded_services.defer_postgres = True
+
+from .embedded import *  # noqa: E402, F403
 
 DEBUG = False
 API_KEYS = "test-client:test-api-key-0123456789"

@@ -83,6 +83,7 @@ def test_other_model_files_get_another_export(tmp_path) -> None:
     minilm._digests.clear()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_processes_starting_together_share_one_real_export(tmp_path) -> None:
     """The real export (torch, then the check against torch) in three processes started at once: one exports, the

@@ -15,6 +15,9 @@ import requests
 
 from tests.live_service import LiveService
 
+# One web server of its own (edge_service), with short deadlines the tests wait out.
+pytestmark = pytest.mark.live
+
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 3.0
 SLOW_CLIENTS = 40
@@ -74,6 +77,7 @@ def slow_request(path: str = "/dev-idp/token", length: int = 300_000) -> bytes:
     ).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_slow_bodies_stall_nothing_and_are_cut_off_in_time(edge_service):
     """40 clients declaring large bodies and sending a byte every half second: /healthz and an authenticated
@@ -117,6 +121,7 @@ def test_slow_bodies_stall_nothing_and_are_cut_off_in_time(edge_service):
             sock.close()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_half_sent_headers_and_idle_connections_are_closed_in_time(edge_service):
     half_headers = connect(edge_service, timeout=HEADER_TIMEOUT + 5)
@@ -132,6 +137,7 @@ def test_half_sent_headers_and_idle_connections_are_closed_in_time(edge_service)
     assert time.monotonic() - started < HEADER_TIMEOUT + 3
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_keep_alive_connection_serves_requests_slower_than_the_header_deadline_in_all(edge_service):
     """The header deadline runs per request, from its first byte: a connection used for longer is fine."""
@@ -179,6 +185,7 @@ def test_a_request_that_is_not_http_is_a_json_400(edge_service, garbage):
         assert_d1(*read_response(sock), 400, "validation_error")
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_client_still_sending_after_its_408_reads_the_answer_not_a_reset(edge_service):
     """A client that keeps uploading after the body deadline (it has not read the 408 yet) must still find the 408:
