@@ -66,8 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def may_select(config: pytest.Config, *marker_sets: set[str]) -> bool:
-    """Whether this run's ``-m`` expression can select a test marked with exactly one of ``marker_sets``: False only
-    when it certainly cannot (an expression naming other markers may select such a test, as far as this knows)."""
+    """Whether this run's ``-m`` expression can select a test whose markers among live, slow, model and those named
+    are exactly one of ``marker_sets``: False only when it certainly cannot (an expression naming other markers may
+    select such a test, as far as this knows)."""
     if not config.option.markexpr:
         return True
     try:
@@ -86,7 +87,7 @@ def may_select(config: pytest.Config, *marker_sets: set[str]) -> bool:
         return match
 
     selected = any(expression.evaluate(carrying(markers)) for markers in marker_sets)
-    return selected or not asked <= set().union(*marker_sets)
+    return selected or not asked <= {"live", "slow", "model", *set().union(*marker_sets)}
 
 
 # Tests that run the service in processes of its own (tests/live_service.py), through these fixtures.
