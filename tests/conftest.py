@@ -58,10 +58,11 @@ _index_static_files_once()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A run whose ``-m`` selects no ``model`` test does not load torch: config/settings/test.py preloads it (before
-    regopy, apps.core.native) for the model tests that compare with it, seconds of every process's start-up."""
-    model_tests = ({"model"}, {"model", "live"}, {"model", "slow"}, {"model", "live", "slow"})
-    if not may_select(config, *model_tests):
+    """A run whose ``-m`` selects no ``model`` or ``slow`` test does not load torch: config/settings/test.py preloads
+    it (before regopy, apps.core.native) for the tests that use it in the test process (model tests compare with it,
+    a slow one probes a CUDA device through it), seconds of every process's start-up."""
+    torch_tests = ({"model"}, {"model", "live"}, {"model", "slow"}, {"model", "live", "slow"}, {"slow"}, {"live", "slow"})
+    if not may_select(config, *torch_tests):
         settings.PRELOAD_TORCH = False
 
 
