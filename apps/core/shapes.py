@@ -24,7 +24,10 @@ is absent. Both renderers are generated Python (a dict literal), as fast as one 
 use them directly and no hand-written copy of a shape exists to drift from its schema.
 
 A list's page is ``page_of(<item shape>)``: ``{"data": [item], "afterCursor": string | null}``
-(``apps.core.pagination.envelope`` renders it).
+(``apps.core.pagination.envelope`` renders it); a page with more than that is a Shape of its own.
+
+To add a field to a response: declare it on the shape and pass its source to the shape's ``render`` (or give it as
+an attribute or keyword to ``from_object``); the schema, the renderer and tests/core/test_shapes.py follow.
 """
 
 from __future__ import annotations
