@@ -142,12 +142,17 @@ def test_manage_py_up_exports_before_it_starts_the_processes(tmp_path, settings,
 
 
 @pytest.mark.slow  # probing a CUDA device imports torch in this process: seconds
-def test_manage_py_up_stops_with_the_reason_when_the_gpu_cannot_run(tmp_path, settings) -> None:
+def test_manage_py_up_stops_with_the_reason_when_the_gpu_cannot_run(tmp_path, settings, monkeypatch) -> None:
     from django.core.management.base import CommandError
 
     from apps.retrieval import embeddings
     from apps.runtime.management.commands.up import Command
 
+    # The queries' export (on the CPU) as the test above makes it: no real export before the documents' GPU check.
+    path = onnx_export.export_path(tmp_path, minilm.model_path())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"onnx")
+    monkeypatch.setattr(onnx_export, "export_in_subprocess", lambda *args: pytest.fail("no export expected"))
     settings.EMBEDDING_PROVIDER = "local"
     settings.EMBEDDING_ONNX_DIR = tmp_path
     settings.EMBEDDING_DEVICE = "cuda"
