@@ -3,6 +3,7 @@ real embedded PostgreSQL with pgvector; the session stops the embedded servers i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections import Counter
@@ -32,25 +33,76 @@ _token_cache: dict[tuple[Any, ...], tuple[str, int]] = {}
 database.install()
 
 
-def pytest_configure(config) -> None:
-    """Schemathesis's pytest plugin, for tests/fuzz (pyproject.toml turns its auto-load off: as an entry-point plugin
-    its modules were all assertion-rewritten in every run). Registered at start-up, in every process of a run (each
-    pytest-xdist worker too), before collection reaches that directory."""
-    from schemathesis.pytest import plugin
+def _index_static_files_once() -> None:
+    """Every Django test client loads the middleware anew, and WhiteNoise's (WHITENOISE_USE_FINDERS) walked, stat-ed
+    and typed every static file (the admin's, DRF's, Swagger UI's) for each one: 45% of the time of the tests that
+    make a few clients each (py-spy, tests/sharing). Static files do not change during a session: the first index
+    serves every later client, exactly as one web process serves them all."""
+    from whitenoise.middleware import WhiteNoiseMiddleware
 
-    if not config.pluginmanager.is_registered(plugin):
-        config.pluginmanager.register(plugin, "schemathesis-fuzz")
+    indexed: dict[str, dict] = {}
+    index = WhiteNoiseMiddleware.add_files_from_finders
+
+    def add_files_from_finders(self: WhiteNoiseMiddleware) -> None:
+        files = indexed.get(self.static_prefix)
+        if files is None:
+            index(self)
+            indexed[self.static_prefix] = dict(self.files)
+        else:
+            self.files.update(files)
+
+    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders
 
 
+_index_static_files_once()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A run whose ``-m`` selects no ``model`` or ``slow`` test does not load torch: config/settings/test.py preloads
+    it (before regopy, apps.core.native) for the tests that use it in the test process (model tests compare with it,
+    a slow one probes a CUDA device through it), seconds of every process's start-up."""
+    torch_tests = ({"model"}, {"model", "live"}, {"model", "slow"}, {"model", "live", "slow"}, {"slow"}, {"live", "slow"})
+    if not may_select(config, *torch_tests):
+        settings.PRELOAD_TORCH = False
+
+
+def may_select(config: pytest.Config, *marker_sets: set[str]) -> bool:
+    """Whether this run's ``-m`` expression can select a test whose markers among live, slow, model and those named
+    are exactly one of ``marker_sets``: False only when it certainly cannot (an expression naming other markers may
+    select such a test, as far as this knows)."""
+    if not config.option.markexpr:
+        return True
+    try:
+        from _pytest.mark.expression import Expression  # what -m itself evaluates (not public API)
+
+        expression = Expression.compile(config.option.markexpr)
+    except Exception:  # a grammar or an API this does not know: assume it can
+        return True
+    asked: set[str] = set()
+
+    def carrying(markers: set[str]):
+        def match(name: str, /, **kwargs: Any) -> bool:
+            asked.add(name)
+            return name in markers
+
+        return match
+
+    selected = any(expression.evaluate(carrying(markers)) for markers in marker_sets)
+    return selected or not asked <= {"live", "slow", "model", *set().union(*marker_sets)}
+
+
+# Tests that run the service in processes of its own (tests/live_service.py), through these fixtures.
+LIVE_FIXTURES = frozenset({"live_service", "web_servers"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Schemathesis names each operation's item (``test_api_as_admin[GET /healthz]``) but gives all of a test
-    function's items that function's node id. pytest-xdist schedules by node id: it ran one item per fuzz test and
-    reported the rest nowhere. Each item gets its name as its node id."""
-    from schemathesis.pytest.plugin import SchemathesisFunction
-
+    """Mark by what a test uses: ``live`` for one that talks to a live server through LIVE_FIXTURES. (Tests that
+    start servers or workers themselves carry the marker in their module; ``slow`` and ``model`` are written on the
+    tests too: README, testing.)"""
     for item in items:
-        if isinstance(item, SchemathesisFunction) and not item.nodeid.endswith(f"::{item.name}"):
-            item._id = item.parent.id.child(item.name)
+        if LIVE_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.live)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -63,18 +115,30 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
         pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """The main process of a run (never an xdist worker) starts the local model's one-off ONNX export in the
-    background when the data directory has none (a clean clone): the workers run other tests meanwhile, and the
-    first test that needs the model waits on the export's lock (apps.retrieval.embeddings.onnx_export) for what is left,
-    instead of exporting (about 20 s) while the other worker waits on that lock too."""
-    import subprocess
+def _main_process(config: pytest.Config) -> bool:
+    """The process of a run without xdist, or xdist's controller (never one of its workers)."""
+    return not hasattr(config, "workerinput")
 
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _main_process(session.config):
+        # Stopped at the end if this session's tests started it (_start_embedded_postgres, in whichever process).
+        session.config.stash[_POSTGRES_WAS_UP] = embedded_services.running()["postgres"]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When a collected test uses the real model (marker ``model``) and the data directory has no ONNX export of it
+    (a clean clone), start the one-off export (about 20 s) in the background: other tests run meanwhile, and the
+    first model test waits on the export's lock (apps.retrieval.embeddings.onnx_export) for what is left. One
+    process does it: a run's only one, or xdist's first worker (the controller collects nothing)."""
     from apps.retrieval.embeddings import minilm, onnx_export
 
-    cache_dir = settings.EMBEDDING_ONNX_DIR
-    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
+    worker = getattr(session.config, "workerinput", {}).get("workerid", "gw0")
+    if worker != "gw0" or session.config.option.collectonly:
         return
+    if not any(item.get_closest_marker("model") for item in session.items):
+        return
+    cache_dir = settings.EMBEDDING_ONNX_DIR
     if onnx_export.cached_export(cache_dir, minilm.model_path()) is None:
         # Its failure is not reported here: the first model test then exports itself and fails with the reason.
         session.config.stash[_EXPORT] = onnx_export.start_export_subprocess(
@@ -83,18 +147,37 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 _EXPORT = pytest.StashKey["subprocess.Popen[bytes]"]()
+_POSTGRES_WAS_UP = pytest.StashKey[bool]()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """pytest-django's hook before it makes the session's test database: start the embedded PostgreSQL, which
+    config/settings/test.py leaves to the first test that needs a database."""
+    _start_embedded_postgres()
+
+
+def _start_embedded_postgres() -> None:
+    if embedded_services.defer_postgres and not os.environ.get("DATABASE_URL"):
+        url = embedded_services.start_postgres()
+        assert url == settings.DATABASE_URL, f"the embedded PostgreSQL answers at {url}, settings say {settings.DATABASE_URL}"
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     export = session.config.stash.get(_EXPORT, None)
-    if export is not None:  # done long before, unless no test needed the model; never leave it behind
+    if export is not None:  # done long before, unless the model tests were deselected or failed early
         try:
             export.wait(timeout=600)
         except subprocess.TimeoutExpired:
             export.kill()
             export.wait()
-    if embedded_services.started_here:
-        embedded_services.stop(only=set(embedded_services.started_here))
+    if not _main_process(session.config):
+        return  # the controller stops what the session started, once every worker is done with it
+    stop = set(embedded_services.started_here)
+    if session.config.stash.get(_POSTGRES_WAS_UP, True) is False and embedded_services.running()["postgres"]:
+        stop.add("postgres")
+    if stop:
+        embedded_services.stop(only=stop)
 
 
 @pytest.fixture

@@ -9,27 +9,18 @@ from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
+from apps.attachments.responses import AdminAttachmentResponse, AttachmentResponse
 from apps.core import errors, pagination
-from apps.core.serializers import isoformat
 from apps.identity.principal import Principal
 from apps.sharing import access
 
 
 def attachment_response(attachment: Attachment) -> dict[str, Any]:
-    return {
-        "id": str(attachment.id),
-        "href": f"/v1/attachments/{attachment.id}",
-        "contentType": attachment.content_type,
-        "filename": attachment.filename,
-        "size": attachment.size,
-        "sha256": attachment.sha256,
-        "expiresAt": isoformat(attachment.expires_at),
-        "status": attachment.status,
-    }
+    return AttachmentResponse.from_object(attachment, href=f"/v1/attachments/{attachment.id}")
 
 
 def admin_attachment_response(attachment: Attachment) -> dict[str, Any]:
-    return {**attachment_response(attachment), "userId": attachment.user_id, "createdAt": isoformat(attachment.created_at)}
+    return AdminAttachmentResponse.from_object(attachment, href=f"/v1/attachments/{attachment.id}")
 
 
 def _visible() -> Q:

@@ -26,9 +26,9 @@ from apps.attachments import responses, selectors, serializers, services, signin
 from apps.attachments.models import Attachment
 from apps.attachments.upload import FILE_FIELD, AttachmentUploadHandler
 from apps.core import audit, crypto, errors, pagination
-from apps.core.openapi import page_of
 from apps.core.requests import page_params, path_uuid, user_id_param
 from apps.core.serializers import USER_ID_SCHEMA, ErrorSerializer, cursor_parameter, error_responses, limit_parameter
+from apps.core.shapes import page_of
 from apps.identity.permissions import IsAuditor, RoleChecked
 
 logger = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ class DownloadUrlView(APIView):
         expires_in = settings.ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN
         token = signing.make_token(attachment.id, expires_in, signer=(request.user.user_id, request.user.client_id))
         url = f"/v1/attachments/download/{token}/{quote(attachment.filename, safe='')}"
-        return Response({"url": url, "expiresIn": expires_in})
+        return Response(responses.DownloadUrlResponse.render(url=url, expires_in=expires_in))
 
 
 class SignedDownloadView(APIView):

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.conversations import selectors, vector_index
+from apps.conversations.responses import SearchResult, UnindexedItem
 from apps.core import errors, pagination
 from apps.retrieval import vectors
 from apps.retrieval.embeddings import EmbeddingError, get_provider
@@ -230,24 +231,15 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
         row = rows.get(hit.entry_id)
         if row is None:  # its conversation was deleted since the ranking query
             continue
-        entry_id, conversation_id, user_id, channel, content_type, content, created_at, title, headline = row
         results.append(
-            {
-                "conversationId": str(conversation_id),
-                "conversationTitle": title,
-                "entryId": str(entry_id),
-                "score": hit.score,
-                "highlights": headline,
-                "entry": selectors.entry_response(
-                    entry_id=entry_id,
-                    conversation_id=conversation_id,
-                    user_id=user_id,
-                    channel=channel,
-                    content_type=content_type,
-                    content=selectors.read_content(content, conversation_id, entry_id),
-                    created_at=created_at,
-                ),
-            }
+            SearchResult.render(
+                conversation_id=row[1],
+                conversation_title=row[7],
+                entry_id=row[0],
+                score=hit.score,
+                highlights=row[8],
+                entry=selectors.entry_row(row[:7]),
+            )
         )
     return results
 
@@ -268,20 +260,6 @@ def unindexed(*, cursor: str | None, limit: int) -> dict:
         ),
         tag=UNINDEXED_CURSOR, cursor=cursor, limit=limit,
     )
-    data = [
-        {
-            "conversationId": str(conversation_id),
-            "entry": selectors.entry_response(
-                entry_id=entry_id,
-                conversation_id=conversation_id,
-                user_id=user_id,
-                channel=channel,
-                content_type=content_type,
-                content=selectors.read_content(content, conversation_id, entry_id),
-                created_at=created_at,
-            ),
-        }
-        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in page.items
-    ]
+    data = [UnindexedItem.render(conversation_id=row[1], entry=selectors.entry_row(row)) for row in page.items]
     return pagination.envelope(data, page.next_cursor)
 

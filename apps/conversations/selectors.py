@@ -14,8 +14,14 @@ from uuid import UUID
 from django.db import connection
 
 from apps.conversations.models import Channel
+from apps.conversations.responses import (
+    AdminConversation,
+    ConversationListItem,
+    ConversationResponse,
+    EntryResponse,
+    ForkItem,
+)
 from apps.core import crypto, errors, pagination
-from apps.core.serializers import isoformat
 from apps.identity.principal import Principal
 from apps.sharing import access
 from apps.sharing.access import AccessLevel, at_least
@@ -35,7 +41,7 @@ def decrypt_content(blob: Any, conversation_id: Any, entry_id: Any) -> list:
 
 
 def read_content(blob: Any, conversation_id: Any, entry_id: Any) -> Any:
-    """The entry's content for a reader, or ``crypto.UNDECRYPTABLE`` (``entry_response`` shows the marker)."""
+    """The entry's content for a reader, or ``crypto.UNDECRYPTABLE`` (responses.EntryResponse shows the marker)."""
     return crypto.decrypt_for_read(blob, purpose=CONTENT_PURPOSE, row_id=content_row_id(conversation_id, entry_id))
 
 
@@ -69,59 +75,31 @@ class ConversationRow:
         return cls(*row[:5], metadata, *row[6:10])
 
 
-def _conversation(row: ConversationRow) -> dict:
-    """What every view of a conversation shows (responses._Conversation)."""
-    return {
-        "id": str(row.id),
-        "title": row.title,
-        "ownerUserId": row.owner_user_id,
-        "createdAt": isoformat(row.created_at),
-        "updatedAt": isoformat(row.updated_at),
-    }
-
-
-def _conversation_details(row: ConversationRow) -> dict:
-    return {
-        "metadata": row.metadata,
-        "forkedAtConversationId": _str_or_none(row.forked_at_conversation_id),
-        "forkedAtEntryId": _str_or_none(row.forked_at_entry_id),
-    }
-
-
 def conversation_item(row: ConversationRow, level: str) -> dict:
-    return {**_conversation(row), "accessLevel": level}
+    return ConversationListItem.from_object(row, level=level)
 
 
 def conversation_full(row: ConversationRow, level: str) -> dict:
-    return {**conversation_item(row, level), **_conversation_details(row)}
+    return ConversationResponse.from_object(row, level=level)
 
 
 def conversation_admin(row: ConversationRow) -> dict:
-    return {**_conversation(row), **_conversation_details(row), "deletedAt": isoformat(row.deleted_at)}
+    return AdminConversation.from_object(row)
 
 
-def entry_response(
-    *, entry_id: Any, conversation_id: Any, user_id: str, channel: str, content_type: str, content: Any, created_at
-) -> dict:
-    """An entry as every read shows it. Content that does not decrypt (``crypto.UNDECRYPTABLE``) is ``null`` with
-    ``contentError: "undecryptable"``: the rest of the page is served."""
-    entry = {
-        "id": str(entry_id),
-        "conversationId": str(conversation_id),
-        "userId": user_id,
-        "channel": channel,
-        "contentType": content_type,
-        "content": content,
-        "createdAt": isoformat(created_at),
-    }
-    if content is crypto.UNDECRYPTABLE:
-        entry["content"] = None
-        entry["contentError"] = crypto.UNDECRYPTABLE_MARKER
-    return entry
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
+def entry_row(row: tuple) -> dict:
+    """An entry from its (id, conversation_id, user_id, channel, content_type, content, created_at) columns, its
+    content decrypted for the reader."""
+    entry_id, conversation_id, user_id, channel, content_type, content, created_at = row
+    return EntryResponse.render(
+        id=entry_id,
+        conversation_id=conversation_id,
+        user_id=user_id,
+        channel=channel,
+        content_type=content_type,
+        content=read_content(content, conversation_id, entry_id),
+        created_at=created_at,
+    )
 
 
 # --- One conversation -------------------------------------------------------------------------------------------
@@ -242,14 +220,14 @@ def list_forks(root_id: UUID, *, cursor: str | None, limit: int, include_deleted
         tag=FORKS_CURSOR, cursor=cursor, limit=limit,
     )
     data = [
-        {
-            "conversationId": str(row[0]),
-            "title": row[1],
-            "forkedAtConversationId": _str_or_none(row[2]),
-            "forkedAtEntryId": _str_or_none(row[3]),
-            "createdAt": isoformat(row[4]),
-        }
-        for row in page.items
+        ForkItem.render(
+            conversation_id=conversation_id,
+            title=title,
+            forked_at_conversation_id=forked_at_conversation_id,
+            forked_at_entry_id=forked_at_entry_id,
+            created_at=created_at,
+        )
+        for conversation_id, title, forked_at_conversation_id, forked_at_entry_id, created_at in page.items
     ]
     return pagination.envelope(data, page.next_cursor)
 
@@ -354,18 +332,7 @@ def _entries_page(vis: Visibility, channel_sql: str, channel_params: list, curso
         ),
         tag=ENTRIES_CURSOR, cursor=cursor, limit=limit,
     )
-    data = [
-        entry_response(
-            entry_id=entry_id,
-            conversation_id=conversation_id,
-            user_id=user_id,
-            channel=channel,
-            content_type=content_type,
-            content=read_content(content, conversation_id, entry_id),
-            created_at=created_at,
-        )
-        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in page.items
-    ]
+    data = [entry_row(row) for row in page.items]
     return pagination.envelope(data, page.next_cursor)
 
 

@@ -26,6 +26,7 @@ from django.utils import timezone
 from apps.conversations import selectors, trees
 from apps.conversations.indexer import INDEXER
 from apps.conversations.models import Channel, Conversation, Entry
+from apps.conversations.responses import EntryResponse
 from apps.core import crypto, errors, signals
 from apps.events.publisher import publish, publish_all
 from apps.identity.principal import Principal
@@ -295,8 +296,8 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
             transaction.on_commit(INDEXER.request_run_quietly)
         # Last: the writer's quota row stays locked until commit, and the writer's other appends wait for it.
         limits.charge(principal.user_id, entry_bytes=len(sealed))
-    return selectors.entry_response(
-        entry_id=entry_id,
+    return EntryResponse.render(
+        id=entry_id,
         conversation_id=conversation_id,
         user_id=principal.user_id,
         channel=channel,

@@ -14,9 +14,9 @@ from rest_framework.response import Response
 from apps.conversations import responses, selectors, serializers, services
 from apps.conversations import search as conversation_search
 from apps.core import audit, pagination
-from apps.core.openapi import page_of
 from apps.core.requests import flag_param, page_params, path_uuid, user_id_param, validated
 from apps.core.serializers import NO_NUL_PATTERN, USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
+from apps.core.shapes import page_of
 from apps.identity.permissions import IsAuditor, IsIndexer, RoleChecked
 
 CONVERSATION_ID = OpenApiParameter("conversationId", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -207,7 +207,7 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
     def index(self, request: Request) -> Response:
         items = validated(serializers.index_items_serializer, request.data)
         self.authorize(request)
-        return Response({"indexed": services.index_entries(items)})
+        return Response(responses.IndexResponse.render(indexed=services.index_entries(items)))
 
     @extend_schema(
         tags=["conversations"],

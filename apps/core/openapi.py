@@ -1,13 +1,9 @@
-"""OpenAPI generation details shared by every view: the schema class (DEFAULT_SCHEMA_CLASS) and the page envelope
-of every cursor-paginated list."""
+"""OpenAPI generation details shared by every view: the schema class (DEFAULT_SCHEMA_CLASS). Response shapes and
+the page envelope of every cursor-paginated list: apps.core.shapes."""
 
 from __future__ import annotations
 
-import functools
-import re
-
 from drf_spectacular.openapi import AutoSchema
-from rest_framework import serializers
 from rest_framework.serializers import ListSerializer
 
 
@@ -16,7 +12,7 @@ class ServiceAutoSchema(AutoSchema):
 
     - a list body's bounds: ``many=True`` with ``allow_empty=False`` or ``max_length`` refuses an empty or longer
       array (400), so the schema says minItems/maxItems (tests/fuzz holds the server to every schema-valid request);
-    - no response is a bare array: every list answers its page envelope (``page_of``), which drf-spectacular
+    - no response is a bare array: every list answers its page envelope (``apps.core.shapes.page_of``), which drf-spectacular
       would otherwise wrap in an array for a ViewSet's ``list``.
     """
 
@@ -33,13 +29,3 @@ class ServiceAutoSchema(AutoSchema):
             if serializer.max_length is not None:
                 schema["maxItems"] = serializer.max_length
         return schema
-
-
-@functools.cache
-def page_of(item: type[serializers.Serializer]) -> type[serializers.Serializer]:
-    """The page envelope of a cursor-paginated list of ``item``, as apps.core.pagination.envelope builds it:
-    ``{"data": [item], "afterCursor": string | null}``. One serializer (one schema component) per item type, named
-    after the item without a trailing ListItem, Item, Response or Result: ConversationListItem -> ConversationPage."""
-    name = re.sub(r"(ListItem|Item|Response|Result)$", "", item.__name__) + "Page"
-    fields = {"data": item(many=True), "afterCursor": serializers.CharField(allow_null=True)}
-    return type(name, (serializers.Serializer,), {"__module__": item.__module__, **fields})

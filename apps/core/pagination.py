@@ -36,6 +36,7 @@ from django.db.models import F, Q, QuerySet
 
 from apps.core import errors
 from apps.core.parsers import nesting_exceeds
+from apps.core.shapes import Envelope
 
 T = TypeVar("T")
 
@@ -261,5 +262,6 @@ class SqlKeyset:
 
 
 def envelope(data: list[Any], next_cursor: str | None) -> dict[str, Any]:
-    """The interface's page envelope for every cursor-paginated list (memory lists have their own shapes)."""
-    return {"data": data, "afterCursor": next_cursor}
+    """The interface's page envelope for every cursor-paginated list (memory lists have their own shapes), as
+    apps.core.shapes.page_of declares it."""
+    return Envelope.render(data=data, afterCursor=next_cursor)

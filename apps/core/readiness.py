@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.core import crypto
-from apps.core.serializers import isoformat
+from apps.core.shapes import isoformat
 
 logger = logging.getLogger(__name__)
 

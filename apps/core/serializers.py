@@ -6,7 +6,6 @@ import copy
 import functools
 import math
 import uuid
-from datetime import UTC
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
@@ -164,17 +163,6 @@ class JsonObjectField(serializers.Field):
 
     def to_representation(self, value: dict) -> dict:
         return value
-
-
-def isoformat(value) -> str | None:
-    """ISO 8601 in UTC with a Z suffix, the one timestamp format of every response."""
-    if value is None:
-        return None
-    # Database timestamps are already in UTC (apps.core.db): no conversion for them, half the cost (issue 12: an
-    # events page formats 50).
-    if value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    return value.isoformat().replace("+00:00", "Z")
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -8,8 +8,10 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.shapes import Shape
 
-class MeSerializer(serializers.Serializer):
+
+class Me(Shape):
     """The principal without its raw claims. Field names are camelCase like the rest of the JSON API
     (``userId``, ``ownerUserId``...); ``roles`` is the normalized role list policies see."""
 
@@ -27,8 +29,8 @@ class MeSerializer(serializers.Serializer):
     tags=["identity"],
     operation_id="getMe",
     summary="The authenticated caller: user id, API-key client, roles",
-    responses={200: MeSerializer, 401: OpenApiResponse(description="Missing, invalid or expired credentials.")},
+    responses={200: Me, 401: OpenApiResponse(description="Missing, invalid or expired credentials.")},
 )
 @api_view(["GET"])
 def me(request: Request) -> Response:
-    return Response(MeSerializer(request.user).data)
+    return Response(Me.from_object(request.user, roles=list(request.user.roles)))

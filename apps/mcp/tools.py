@@ -32,7 +32,6 @@ from apps.conversations import serializers as conversation_serializers
 from apps.conversations import services as conversation_services
 from apps.conversations.models import Channel
 from apps.core import errors, pagination
-from apps.core.openapi import page_of
 from apps.core.pagination import CURSOR_SCHEMA
 from apps.core.serializers import (
     NonBlankCharField,
@@ -43,6 +42,7 @@ from apps.core.serializers import (
     StrictUUIDField,
     body_limit_field,
 )
+from apps.core.shapes import page_of
 from apps.identity.principal import Principal
 from apps.mcp import schema
 from apps.memories import config as memory_config
@@ -175,7 +175,7 @@ def put_memory(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
         index=data.get("index"),
         ttl_seconds=data.get("ttl_seconds"),
     )
-    return memory_selectors.memory_response(result)
+    return memory_responses.MemoryWriteResponse.from_object(result)
 
 
 def get_memory(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:

@@ -1,21 +1,25 @@
-"""Response shapes of the memory endpoints (snake_case, as the interface says), for the OpenAPI schema only:
-selectors build the dicts."""
+"""Response shapes of the memory endpoints (snake_case, as the interface says): each declaration renders its body
+(``Shape.render``) and documents it in the schema (apps.core.shapes)."""
 
 from __future__ import annotations
 
 from rest_framework import serializers
 
+from apps.core import crypto
+from apps.core.shapes import Marker, Shape
 
-def _value_error() -> serializers.ChoiceField:
-    return serializers.ChoiceField(
-        choices=["undecryptable"],
-        required=False,
+
+def _value_error() -> Marker:
+    return Marker(
+        of="value",
+        when=crypto.UNDECRYPTABLE,
+        value=crypto.UNDECRYPTABLE_MARKER,
         help_text="Present only when value is null because the stored value does not decrypt with the service's "
         "keys (a key missing from MEMORY_ENCRYPTION_KEYS, or a damaged row). The other items are served.",
     )
 
 
-class MemoryWriteResponse(serializers.Serializer):
+class MemoryWriteResponse(Shape):
     id = serializers.UUIDField()
     namespace = serializers.ListField(child=serializers.CharField())
     key = serializers.CharField()
@@ -24,11 +28,17 @@ class MemoryWriteResponse(serializers.Serializer):
     expires_at = serializers.DateTimeField(allow_null=True)
 
 
-class MemoryResponse(MemoryWriteResponse):
+class MemoryResponse(Shape):
+    id = serializers.UUIDField()
+    namespace = serializers.ListField(child=serializers.CharField())
+    key = serializers.CharField()
     value = serializers.DictField()
+    attributes = serializers.DictField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
 
 
-class MemorySearchItem(serializers.Serializer):
+class MemorySearchItem(Shape):
     id = serializers.UUIDField()
     namespace = serializers.ListField(child=serializers.CharField())
     key = serializers.CharField()
@@ -39,15 +49,15 @@ class MemorySearchItem(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class MemorySearchResponse(serializers.Serializer):
+class MemorySearchResponse(Shape):
     items = MemorySearchItem(many=True)
 
 
-class NamespacesResponse(serializers.Serializer):
+class NamespacesResponse(Shape):
     namespaces = serializers.ListField(child=serializers.ListField(child=serializers.CharField()))
 
 
-class MemoryEventItem(serializers.Serializer):
+class MemoryEventItem(Shape):
     id = serializers.UUIDField()
     namespace = serializers.ListField(child=serializers.CharField())
     key = serializers.CharField()
@@ -58,6 +68,6 @@ class MemoryEventItem(serializers.Serializer):
     attributes = serializers.DictField(allow_null=True)
 
 
-class MemoryEventsResponse(serializers.Serializer):
+class MemoryEventsResponse(Shape):
     events = MemoryEventItem(many=True)
     after_cursor = serializers.CharField(help_text="Never null: pass it back to continue, even after an empty page")

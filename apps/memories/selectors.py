@@ -15,42 +15,19 @@ from django.utils import timezone
 
 from apps.core import crypto, errors, pagination
 from apps.core.db.prepared import bound_cursor, prepared_cursor
-from apps.core.serializers import isoformat
 from apps.identity.principal import Principal
 from apps.memories import filters
 from apps.memories.models import EventKind
-from apps.memories.services import EVENT_VALUE_PURPOSE, VALUE_PURPOSE, WriteResult, authorize
+from apps.memories.responses import MemoryEventItem, MemoryEventsResponse, MemoryResponse, MemorySearchItem
+from apps.memories.services import EVENT_VALUE_PURPOSE, VALUE_PURPOSE, authorize
 from apps.policy import get_engine, policy_context
 
 
 def decrypt_value(ciphertext: bytes | memoryview, purpose: str, row_id: Any) -> Any:
-    """The value for a reader, or ``crypto.UNDECRYPTABLE`` when its envelope does not open (``with_value`` shows
-    the marker in lists; a single GET answers ``errors.undecryptable``)."""
+    """The value for a reader, or ``crypto.UNDECRYPTABLE`` when its envelope does not open (list items show it as
+    ``value_error``: responses.MemorySearchItem; a single GET answers ``errors.undecryptable``)."""
     # orjson: a page of 50 events decodes 100 documents (values and attributes), 3-4x faster than json.loads.
     return crypto.decrypt_for_read(ciphertext, purpose=purpose, row_id=row_id, decode=orjson.loads)
-
-
-def with_value(item: dict, value: Any) -> dict:
-    """``item`` with its ``value``; one that does not decrypt is ``null`` with ``value_error: "undecryptable"``, so
-    the rest of a list is still served."""
-    if value is crypto.UNDECRYPTABLE:
-        item["value"] = None
-        item["value_error"] = crypto.UNDECRYPTABLE_MARKER
-    else:
-        item["value"] = value
-    return item
-
-
-def memory_response(result: WriteResult) -> dict:
-    """The write response: the record without its value."""
-    return {
-        "id": str(result.id),
-        "namespace": result.namespace,
-        "key": result.key,
-        "attributes": result.attributes,
-        "created_at": isoformat(result.created_at),
-        "expires_at": isoformat(result.expires_at),
-    }
 
 
 # The hottest read: one prepared statement on the partial unique index, without the ORM's query compilation.
@@ -72,15 +49,15 @@ def get_memory(principal: Principal, *, namespace: list[str], key: str) -> dict:
     value = decrypt_value(ciphertext, VALUE_PURPOSE, memory_id)
     if value is crypto.UNDECRYPTABLE:
         raise errors.undecryptable("The memory's value")
-    return {
-        "id": str(memory_id),
-        "namespace": namespace,
-        "key": key,
-        "value": value,
-        "attributes": _json(attributes),
-        "created_at": isoformat(created_at),
-        "expires_at": isoformat(expires_at),
-    }
+    return MemoryResponse.render(
+        id=memory_id,
+        namespace=namespace,
+        key=key,
+        value=value,
+        attributes=_json(attributes),
+        created_at=created_at,
+        expires_at=expires_at,
+    )
 
 
 @dataclass(frozen=True)
@@ -136,10 +113,17 @@ def search_by_attributes(principal: Principal, *, namespace_prefix: list[str], f
     items = []
     for row_id, namespace, key, ciphertext, attributes, created_at in rows:
         row_id_text = str(row_id)  # once: the response's id and the ciphertext's binding
-        item = {"id": row_id_text, "namespace": namespace, "key": key}
-        with_value(item, decrypt_value(ciphertext, VALUE_PURPOSE, row_id_text))
-        item.update(attributes=_json(attributes), score=None, created_at=isoformat(created_at))
-        items.append(item)
+        items.append(
+            MemorySearchItem.render(
+                id=row_id_text,
+                namespace=namespace,
+                key=key,
+                value=decrypt_value(ciphertext, VALUE_PURPOSE, row_id_text),
+                attributes=_json(attributes),
+                score=None,
+                created_at=created_at,
+            )
+        )
     return items
 
 
@@ -357,10 +341,17 @@ def list_events(principal: Principal, query: EventQuery) -> dict:
     for _tx, _seq, event_id, namespace, key, kind, occurred_at, ciphertext, attributes in rows:
         carries_snapshot = kind in (EventKind.ADD, EventKind.UPDATE)
         event_id_text = str(event_id)  # once: the response's id and the ciphertext's binding
-        event = {"id": event_id_text, "namespace": namespace, "key": key, "kind": kind, "occurred_at": isoformat(occurred_at)}
-        with_value(event, decrypt_value(ciphertext, EVENT_VALUE_PURPOSE, event_id_text) if carries_snapshot else None)
-        event["attributes"] = _json(attributes) if carries_snapshot else None
-        events.append(event)
+        events.append(
+            MemoryEventItem.render(
+                id=event_id_text,
+                namespace=namespace,
+                key=key,
+                kind=kind,
+                occurred_at=occurred_at,
+                value=decrypt_value(ciphertext, EVENT_VALUE_PURPOSE, event_id_text) if carries_snapshot else None,
+                attributes=_json(attributes) if carries_snapshot else None,
+            )
+        )
     # The cursor always points after the last event seen, so a client can keep polling for newer events. An empty
     # page read everything before the horizon: every event still to come sorts after (horizon, 0), so the cursor
     # moves there (never back), and a poller with nothing new yet still gets a cursor to continue from. Except past
@@ -374,7 +365,7 @@ def list_events(principal: Principal, query: EventQuery) -> dict:
         if horizon.own is not None:
             reach = min(reach, (horizon.own, 0))
         position = max(after_position or (0, 0), reach)
-    return {"events": events, "after_cursor": encode_event_cursor(position)}
+    return MemoryEventsResponse.render(events=events, after_cursor=encode_event_cursor(position))
 
 
 # --- Quota totals (apps.limits recounts them: `manage.py limits recount`) -----------------------------------------

@@ -14,10 +14,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core import errors
-from apps.core.serializers import isoformat
 from apps.identity.principal import Principal
 from apps.memories import selectors, vector_index
 from apps.memories.models import Memory, MemoryState
+from apps.memories.responses import MemorySearchItem
 from apps.memories.services import VALUE_PURPOSE
 from apps.retrieval import vectors
 from apps.retrieval.embeddings import EmbeddingError, get_provider
@@ -55,10 +55,11 @@ def search(
         memory = rows.get(neighbour.memory_id)
         if memory is None:  # deleted, superseded or expired since it was indexed
             continue
-        item = {"id": str(memory.id), "namespace": memory.namespace, "key": memory.key}
-        selectors.with_value(item, selectors.decrypt_value(memory.value_ciphertext, VALUE_PURPOSE, memory.id))
-        item.update(
-            attributes=memory.attributes, score=similarity(neighbour.distance), created_at=isoformat(memory.created_at)
+        items.append(
+            MemorySearchItem.from_object(
+                memory,
+                value=selectors.decrypt_value(memory.value_ciphertext, VALUE_PURPOSE, memory.id),
+                score=similarity(neighbour.distance),
+            )
         )
-        items.append(item)
     return items

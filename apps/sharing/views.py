@@ -11,9 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core import audit
-from apps.core.openapi import page_of
 from apps.core.requests import page_params, path_text, path_uuid, validated
 from apps.core.serializers import USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
+from apps.core.shapes import page_of
 from apps.identity.permissions import IsAuditor, RoleChecked
 from apps.sharing import responses, selectors, serializers, services
 

@@ -1,4 +1,5 @@
-"""pytest-django: the embedded PostgreSQL (a fresh test database per session) unless DATABASE_URL is set."""
+"""pytest-django: the embedded PostgreSQL (a fresh test database per session, the server started when a test first
+needs it) unless DATABASE_URL is set."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from apps.limits import definitions as _limits
+from apps.runtime import embedded_services
 from config.env import env_bool
 
 # The test session is one host, on the embedded PostgreSQL or (DATABASE_URL set) on a database of its own: it may
 # generate the secrets its live servers and workers then read (config.local_secrets).
 os.environ.setdefault("GENERATE_SECRETS", "true")
+# The embedded PostgreSQL is started by the session when its first test that uses the database is set up
+# (tests/conftest.py), not here: a run of tests that need none (`pytest tests/core/test_cursors.py`) starts none.
+embedded_services.defer_postgres = True
 
-from .embedded import *  # noqa: F403
+from .embedded import *  # noqa: E402, F403
 
 DEBUG = False
 API_KEYS = "test-client:test-api-key-0123456789"

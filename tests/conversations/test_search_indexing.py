@@ -116,6 +116,8 @@ def test_a_burst_of_appends_requests_one_indexer_task(client_for, indexer_wakeup
     get_client().delete(indexer.INDEXER._requested_key())
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_a_worker_killed_mid_batch_loses_nothing_and_its_entries_are_indexed_within_30s(client_for, tmp_path):
     bob = client_for("bob")
     # One entry per conversation: search returns one result per conversation.

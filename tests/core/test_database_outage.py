@@ -18,7 +18,8 @@ from django.db import connection
 from tests.live_service import LiveService
 from tests.pausable_proxy import PausableProxy
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the live server sees committed data only
+# The live server sees committed data only. It runs in processes of its own, behind a proxy the test freezes and cuts.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.live, pytest.mark.slow]
 
 # The defaults (DB_PROBE_AFTER_SECONDS 2 + DB_CONNECT_TIMEOUT_SECONDS 3) answer in about 5 s; the bound leaves room
 # for a loaded machine while staying far below the client's own timeout.

@@ -60,6 +60,7 @@ def test_the_makefile_installs_torch_from_the_cpu_index_alone() -> None:
     assert "-r torch.txt" in (ROOT / "requirements/embeddings.txt").read_text().splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.system() != "Linux", reason="PyPI's torch is a CPU build off Linux")
 def test_the_torch_step_resolves_to_a_cpu_build_without_nvidia_packages(tmp_path) -> None:
     report = tmp_path / "report.json"

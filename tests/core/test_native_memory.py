@@ -12,7 +12,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from django.conf import settings
+
+# Each check is a fresh interpreter running a fixed workload.
+pytestmark = pytest.mark.slow
 
 
 def _run(script: str) -> str:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.fuzz.test_api_fuzz import SCHEMA_DOCUMENT, d1_error_body
+from tests.fuzz.cases import SCHEMA_DOCUMENT, d1_error_body
 
 
 def _response(status: int, body, content_type: str = "application/json", request_id: str | None = "rid-1"):
@@ -84,7 +84,7 @@ def test_every_api_error_response_is_documented_with_d1s_body():
                 )
 
 
-# --- What the fuzzer shapes and forgives (tests/fuzz/test_api_fuzz.py) -----------------------------------------
+# --- What the fuzzer shapes and forgives (tests/fuzz/cases.py) -----------------------------------------
 
 
 def _case(mode, *, path="/v1/memories", method="PUT", query=None, body=None, media_type="application/json"):
@@ -93,12 +93,10 @@ def _case(mode, *, path="/v1/memories", method="PUT", query=None, body=None, med
 
 
 def test_schema_valid_cases_carry_only_what_a_schema_can_promise():
-    from schemathesis.generation import GenerationMode
-
-    from tests.fuzz.test_api_fuzz import shape_positive
+    from tests.fuzz.cases import shape_positive
 
     case = _case(
-        GenerationMode.POSITIVE,
+        "positive",
         query={"afterCursor": "x", "limit": 18.0, "ns": ["a\x00"]},
         body={
             "key": "é" * 600,
@@ -116,7 +114,7 @@ def test_schema_valid_cases_carry_only_what_a_schema_can_promise():
     assert case.body["value"] == {"n": 2**63 - 1, "f": 1.5, "s": "a_b", "_k": [5]}
     assert case.body["content"] == [{"text": "t"}]
 
-    negative = _case(GenerationMode.NEGATIVE, query={"afterCursor": "x", "limit": 18.0})
+    negative = _case("negative", query={"afterCursor": "x", "limit": 18.0})
     shape_positive(negative)
     assert negative.query == {"afterCursor": "x", "limit": 18.0}  # invalid cases go out as drawn
 
@@ -132,11 +130,9 @@ def test_schema_valid_cases_carry_only_what_a_schema_can_promise():
     ],
 )
 def test_only_documented_state_rules_are_forgiven_a_400(method, fields, forgiven):
-    from schemathesis.generation import GenerationMode
+    from tests.fuzz.cases import _state_rule_refusal
 
-    from tests.fuzz.test_api_fuzz import _state_rule_refusal
-
-    case = _case(GenerationMode.POSITIVE, path="/v1/conversations/{conversationId}/memberships/{userId}", method=method)
+    case = _case("positive", path="/v1/conversations/{conversationId}/memberships/{userId}", method=method)
     body = {"code": "validation_error", "error": "Invalid request.", "requestId": "r", "details": {"fields": fields}}
     assert _state_rule_refusal(case, _response(400, body)) is forgiven
     assert _state_rule_refusal(case, _response(409, body)) is False

@@ -138,6 +138,7 @@ def _check_pages(state: str, timeline: Timeline) -> None:
             ), label
 
 
+@pytest.mark.slow
 def test_events_page_walks_the_owner_index_after_updates_and_deletes() -> None:
     timeline = Timeline()
     timeline.insert("bob", "add", ADDS)

@@ -69,6 +69,8 @@ def test_32_concurrent_workers_never_embed_a_version_twice(client_for, monkeypat
     assert len(searchable_keys(bob, "harbours")) == 100
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_a_worker_killed_mid_batch_loses_nothing_and_its_rows_are_taken_within_30s(client_for, tmp_path):
     bob = client_for("bob")
     for index in range(20):
@@ -120,6 +122,8 @@ def _pool_children(pid: int) -> list[int]:
     return children
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_a_killed_pool_process_has_its_task_redelivered_and_its_rows_claimed_again_at_once(client_for, tmp_path):
     """kill -9 of the pool process only: the worker hands the task back to the broker (task_reject_on_worker_lost
     with acks_late), a new pool process runs it, and it can claim the rows at once because the dead process's

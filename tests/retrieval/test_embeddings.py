@@ -514,6 +514,7 @@ def hostile_long_texts(count: int, seed: int) -> list[str]:
     return texts
 
 
+@pytest.mark.slow  # 124 long texts tokenized several ways: CPU-bound seconds
 def test_chunker_reuses_each_texts_tokens_exactly() -> None:
     """``Chunker.split`` takes a piece's model inputs from its text's tokens instead of tokenizing the piece again
     (where the cut is between words): they must be exactly what tokenizing the piece gives, and the pieces

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from functools import partial
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,7 @@ def test_other_model_files_get_another_export(tmp_path) -> None:
     minilm._digests.clear()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_processes_starting_together_share_one_real_export(tmp_path) -> None:
     """The real export (torch, then the check against torch) in three processes started at once: one exports, the
@@ -111,11 +113,7 @@ def test_processes_starting_together_share_one_real_export(tmp_path) -> None:
 
 def test_manage_py_up_exports_before_it_starts_the_processes(tmp_path, settings, monkeypatch) -> None:
     """`make run`'s start-up step: the export is made (in a subprocess) with a progress line before the supervisor
-    starts anything, once; a GPU that cannot run stops `up` with the reason."""
-    from io import StringIO
-
-    from django.core.management.base import CommandError
-
+    starts anything, once (a GPU that cannot run stops `up` with the reason: the test below)."""
     from apps.retrieval import embeddings
     from apps.runtime.management.commands.up import Command
 
@@ -140,8 +138,24 @@ def test_manage_py_up_exports_before_it_starts_the_processes(tmp_path, settings,
     assert lines[0].startswith(f"exporting all-MiniLM-L6-v2 to ONNX under {tmp_path}")
     assert lines[1].startswith("embedding model ready: queries on cpu (all-MiniLM-L6-v2-") and "documents on cpu" in lines[1]
     assert len(lines) == 3 and lines[2].startswith("embedding model ready")
+    embeddings.reset_provider()
 
+
+@pytest.mark.slow  # probing a CUDA device imports torch in this process: seconds
+def test_manage_py_up_stops_with_the_reason_when_the_gpu_cannot_run(tmp_path, settings, monkeypatch) -> None:
+    from django.core.management.base import CommandError
+
+    from apps.retrieval import embeddings
+    from apps.runtime.management.commands.up import Command
+
+    # The queries' export (on the CPU) as the test above makes it: no real export before the documents' GPU check.
+    path = onnx_export.export_path(tmp_path, minilm.model_path())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"onnx")
+    monkeypatch.setattr(onnx_export, "export_in_subprocess", lambda *args: pytest.fail("no export expected"))
+    settings.EMBEDDING_PROVIDER = "local"
+    settings.EMBEDDING_ONNX_DIR = tmp_path
     settings.EMBEDDING_DEVICE = "cuda"
     with pytest.raises(CommandError, match="embedding device 'cuda' is not available on this machine"):
-        command._prepare_embeddings()
+        Command(stdout=StringIO())._prepare_embeddings()
     embeddings.reset_provider()

@@ -16,7 +16,8 @@ from django.conf import settings
 from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 from tests.live_service import LiveService
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Web servers and workers of their own, embedding with the real model.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.live, pytest.mark.model]
 
 NS = ["user", "bob", "kitchen"]
 

@@ -17,6 +17,9 @@ from django.conf import settings
 from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 from tests.conftest import service_env
 
+# Celery worker and beat processes started as the Procfile starts them.
+pytestmark = pytest.mark.live
+
 
 def test_every_scheduled_task_is_registered_with_the_worker() -> None:
     # Beat registers no task and sends each by name (config.beat): a name no worker task has would never run.
@@ -47,6 +50,7 @@ def test_beat_app_does_not_set_django_up() -> None:
     assert found == {"ready": False, "schedule": sorted(settings.CELERY_BEAT_SCHEDULE), "loaded": []}
 
 
+@pytest.mark.slow
 def test_beat_sends_scheduled_tasks_by_name(tmp_path) -> None:
     broker = broker_url()
     client = redis.Redis.from_url(broker)
@@ -85,6 +89,7 @@ def test_beat_sends_scheduled_tasks_by_name(tmp_path) -> None:
         client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_worker_started_as_the_procfile_does_runs_tasks(tmp_path) -> None:
     from config.celery import app

@@ -19,7 +19,8 @@ from django.db import connection
 
 from tests.live_service import ESTABLISHED, LISTEN, LiveService, socket_inodes, tcp_inodes
 
-pytestmark = pytest.mark.django_db  # the servers read nothing a test wrote
+# gunicorn started and stopped by each test; the servers read nothing a test wrote.
+pytestmark = [pytest.mark.django_db, pytest.mark.live, pytest.mark.slow]
 
 
 def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_reaches_both(tmp_path) -> None:

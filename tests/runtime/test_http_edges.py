@@ -15,6 +15,9 @@ import requests
 
 from tests.live_service import LiveService
 
+# One web server of its own (edge_service), with short deadlines the tests wait out.
+pytestmark = pytest.mark.live
+
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 3.0  # the body's grace
 BODY_MIN_RATE = 20_000  # bytes per second, on average, after the grace
@@ -78,6 +81,7 @@ def slow_request(path: str = "/dev-idp/token", length: int = 300_000) -> bytes:
     ).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_slow_bodies_stall_nothing_and_are_cut_off_in_time(edge_service):
     """40 clients declaring large bodies and sending a byte every half second: /healthz and an authenticated
@@ -121,6 +125,7 @@ def test_slow_bodies_stall_nothing_and_are_cut_off_in_time(edge_service):
             sock.close()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_half_sent_headers_and_idle_connections_are_closed_in_time(edge_service):
     half_headers = connect(edge_service, timeout=HEADER_TIMEOUT + 5)
@@ -136,6 +141,7 @@ def test_half_sent_headers_and_idle_connections_are_closed_in_time(edge_service)
     assert time.monotonic() - started < HEADER_TIMEOUT + 3
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_keep_alive_connection_serves_requests_slower_than_the_header_deadline_in_all(edge_service):
     """The header deadline runs per request, from its first byte: a connection used for longer is fine."""
@@ -199,6 +205,7 @@ def send_slowly(sock: socket.socket, body: bytes, bytes_per_second: int, stop_af
     return time.monotonic() - started
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_body_that_keeps_coming_at_the_minimum_rate_is_taken_however_long_it_takes(edge_service):
     """Issue 28 item 7: the body deadline was a total (a 10 MiB upload needed 1.4 Mbit/s at the defaults). A body
@@ -216,6 +223,7 @@ def test_a_body_that_keeps_coming_at_the_minimum_rate_is_taken_however_long_it_t
     assert status == 200, answer
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_no_body_takes_longer_than_the_cap_however_fast_it_comes(edge_service):
     with connect(edge_service, timeout=BODY_MAX_SECONDS + 10) as sock:
@@ -226,6 +234,7 @@ def test_no_body_takes_longer_than_the_cap_however_fast_it_comes(edge_service):
         assert BODY_MAX_SECONDS - 0.5 < time.monotonic() - started < BODY_MAX_SECONDS + 4
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_client_still_sending_after_its_408_reads_the_answer_not_a_reset(edge_service):
     """A client that keeps uploading after the body deadline (it has not read the 408 yet) must still find the 408:

@@ -11,6 +11,9 @@ from django.conf import settings
 
 from tests.conftest import service_env
 
+# Each case is a fresh interpreter that sets Django up.
+pytestmark = pytest.mark.slow
+
 PROBE = (
     "import json, sys\n"
     "sys.argv = sys.argv[1:]\n"

@@ -103,6 +103,7 @@ def test_web_binds_loopback_unless_host_says_otherwise():
     assert _web_bind(HOST="0.0.0.0", PORT="9000") == "0.0.0.0:9000"
 
 
+@pytest.mark.slow
 def test_a_crashed_process_is_restarted_with_exponential_backoff_and_the_others_keep_running(supervised, caplog):
     caplog.set_level(logging.INFO, logger="apps.runtime.supervisor")
     supervisor = supervised({"steady": "sleep 600", "flaky": "sh -c 'sleep 0.05; exit 3'"}, backoff_initial=0.1)
@@ -176,6 +177,7 @@ def test_a_server_check_that_raises_stops_nothing(supervised, caplog):
     assert len(failed) == 1
 
 
+@pytest.mark.slow
 def test_shutdown_stops_every_process_group_and_kills_what_ignores_sigterm(tmp_path):
     supervisor = Supervisor(
         processes={"polite": "sleep 600", "stubborn": "sh -c 'trap \"\" TERM; sleep 600 & wait; sleep 600'"},
@@ -415,6 +417,8 @@ def up_data_dir():
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_up_restarts_a_killed_worker_keeps_serving_and_sigterm_stops_everything(up_data_dir):
     up = Up(up_data_dir)
     try:
@@ -448,6 +452,8 @@ def test_up_restarts_a_killed_worker_keeps_serving_and_sigterm_stops_everything(
         up.kill()
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_up_stops_the_embedded_servers_on_ctrl_c(up_data_dir):
     up = Up(up_data_dir)
     try:
@@ -462,6 +468,8 @@ def test_up_stops_the_embedded_servers_on_ctrl_c(up_data_dir):
         up.kill()
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_up_stops_everything_when_make_is_killed(up_data_dir):
     """kill -9 of `make run`'s make (a process manager, `timeout`): `up` gets SIGTERM from the kernel and stops."""
     up = Up(up_data_dir, via_parent=True)
@@ -524,6 +532,8 @@ def _call(method: str, url: str, token: str, body=None) -> tuple[int, dict]:
     return response.status_code, (response.json() if response.content else {})
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_up_restarts_killed_valkey_and_stopped_postgres_in_place_and_nothing_stays_unindexed(up_data_dir):
     """Valkey killed (and the worker with it): writes still succeed; Valkey comes back on its port and the restarted
     worker uses it (no second Valkey); the open event stream gets one ``invalidate``; every memory and entry written
