@@ -61,8 +61,8 @@ SSE_PUBLISH_FAILURES = Counter("sse_publish_failures_total", "Committed events t
 RATE_LIMITED = Counter("rate_limited_total", "Requests refused with 429 rate_limited, by rate kind.", ["kind"])
 RATE_LIMIT_UNAVAILABLE = Counter(
     "rate_limit_unavailable_total",
-    "Rate checks Valkey did not answer (down, frozen, slow); the process then lets requests through unlimited for "
-    "RATE_LIMIT_BACKOFF_SECONDS.",
+    "Rate checks Valkey did not answer (down, frozen, slow); the process then lets requests through unlimited until "
+    "its Redis circuit closes (apps.core.redis_client).",
 )
 QUOTA_EXCEEDED = Counter("quota_exceeded_total", "Writes refused with 403 quota_exceeded, by quota.", ["quota"])
 

@@ -13,8 +13,9 @@ takes exactly one token, so the boundary stays exact. The cost: tokens another p
 yet (at most RATE_LIMIT_LEASE - 1 per process and user, for a second) are not available to this one.
 
 Valkey down, frozen or slow: **fail open**. The call gives up after RATE_LIMIT_TIMEOUT_SECONDS (50 ms) and the
-request goes on unlimited; after a failure this process stops asking Valkey for RATE_LIMIT_BACKOFF_SECONDS, so a
-frozen Valkey costs one timeout per process per backoff period, not one per request. Availability over
+request goes on unlimited; the failure opens the process's Redis circuit (apps.core.redis_client.guarded, shared
+with the indexer wake-ups and the event publisher), so until a background ping is answered again no request path
+of the process asks Valkey: a frozen Valkey costs one timeout per process, not one per request. Availability over
 enforcement: the quotas, which bound what a user can store, are PostgreSQL's and stay enforced. Each failure is
 counted (``rate_limit_unavailable_total``) and logged.
 """
@@ -34,6 +35,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from apps.core import errors, metrics
+from apps.core.redis_client import RedisUnavailable, guarded
 from apps.limits import config
 from apps.limits.definitions import REQUESTS
 
@@ -107,8 +109,7 @@ def check_class(principal: Any, kind: str) -> None:
 
 def check_kinds(user_id: str, kinds: tuple[str, ...]) -> None:
     """Take one token of each of ``kinds`` (all or none), or raise 429."""
-    global _skip_until
-    if not settings.RATE_LIMITS_ENABLED or time.monotonic() < _skip_until:
+    if not settings.RATE_LIMITS_ENABLED:
         return
     leasing = kinds == (REQUESTS,)
     if leasing and _take_leased(user_id):
@@ -125,14 +126,14 @@ def check_kinds(user_id: str, kinds: tuple[str, ...]) -> None:
         if leasing:
             args[0] = max(1, min(settings.RATE_LIMIT_LEASE, burst // 20))
     try:
-        taken, wait_us, which = _gcra()(keys=keys, args=args)
+        with guarded():
+            taken, wait_us, which = _gcra()(keys=keys, args=args)
+    except RedisUnavailable:
+        return  # the circuit is open: a failure was counted and logged when it opened
     except redis.RedisError as exc:
-        _skip_until = time.monotonic() + settings.RATE_LIMIT_BACKOFF_SECONDS
         metrics.RATE_LIMIT_UNAVAILABLE.inc()
-        logger.warning(
-            "rate limiter unavailable; requests pass unlimited for a while",
-            extra={"error": type(exc).__name__, "backoff_seconds": settings.RATE_LIMIT_BACKOFF_SECONDS},
-        )
+        logger.warning("rate limiter unavailable; requests pass unlimited until Valkey answers again",
+                       extra={"error": type(exc).__name__})  # fmt: skip
         return
     if taken:
         if taken > 1:
@@ -194,16 +195,15 @@ def _gcra() -> Any:
 
 
 def reset() -> None:
-    """Forget the client, any backoff and the leased tokens (a setting changed; tests)."""
-    global _script, _skip_until
+    """Forget the client and the leased tokens (a setting changed; tests)."""
+    global _script
     with _lock:
         _script = None
-        _skip_until = 0.0
         _leases.clear()
 
 
 def _on_setting_changed(*, setting: str, **_kwargs: Any) -> None:
-    if setting in ("REDIS_URL", "RATE_LIMIT_TIMEOUT_SECONDS", "RATE_LIMIT_BACKOFF_SECONDS", "RATE_LIMITS_ENABLED",
+    if setting in ("REDIS_URL", "RATE_LIMIT_TIMEOUT_SECONDS", "RATE_LIMITS_ENABLED",
                    "RATE_LIMIT_LEASE") or setting.startswith("RATE_LIMIT_REQUESTS_"):
         reset()
 

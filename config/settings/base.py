@@ -524,10 +524,9 @@ RATE_LIMIT_MEMBERSHIPS_PER_MINUTE = env_int(
 RATE_LIMIT_MEMBERSHIPS_BURST = env_int("RATE_LIMIT_MEMBERSHIPS_BURST", _limits.RATES["memberships"].burst)
 RATE_LIMIT_UPLOADS_PER_MINUTE = env_int("RATE_LIMIT_UPLOADS_PER_MINUTE", _limits.RATES["uploads"].per_minute)
 RATE_LIMIT_UPLOADS_BURST = env_int("RATE_LIMIT_UPLOADS_BURST", _limits.RATES["uploads"].burst)
-# One Valkey round trip per request, given up after this long (then the request is let through: fail open) ...
+# One Valkey round trip per request, given up after this long (then the request is let through: fail open, and the
+# process's Redis circuit opens until Valkey answers a ping again: REDIS_CIRCUIT_PROBE_SECONDS).
 RATE_LIMIT_TIMEOUT_SECONDS = float(env_str("RATE_LIMIT_TIMEOUT_SECONDS", "0.05"))
-# ... and after a failure this process stops asking Valkey for this long (requests pass unlimited meanwhile).
-RATE_LIMIT_BACKOFF_SECONDS = float(env_str("RATE_LIMIT_BACKOFF_SECONDS", "5"))
 RATE_LIMIT_REDIS_PREFIX = env_str("RATE_LIMIT_REDIS_PREFIX", "rl:")
 # A request may take up to this many `requests` tokens at once (never more than a twentieth of the burst, and only
 # while the bucket holds twice that) and keep the rest in its process for a second: most requests then skip Valkey.

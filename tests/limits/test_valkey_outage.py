@@ -1,6 +1,6 @@
 """The rate limiter while Valkey is down or frozen (issue 28 item 2): requests are let through (fail open), a
-frozen Valkey costs one short timeout per backoff period and process (never a stalled request), and limiting comes
-back by itself. A Valkey of this module's own, stopped (SIGTERM) and frozen (SIGSTOP) for real."""
+frozen Valkey costs one short timeout per process (the shared Redis circuit opens; never a stalled request), and
+limiting comes back by itself once the circuit's ping is answered. A Valkey of this module's own, stopped (SIGTERM) and frozen (SIGSTOP) for real."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from apps.core import redis_client
 from apps.runtime.embedded_services import RestartableValkey
 from tests.limits.conftest import sample
 
 pytestmark = pytest.mark.django_db
 
-BACKOFF = 1.0
+PROBE = 0.2
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +40,16 @@ def tight(settings, limiter_valkey) -> RestartableValkey:
     settings.REDIS_URL = limiter_valkey.url
     settings.RATE_LIMIT_REQUESTS_PER_MINUTE = 1
     settings.RATE_LIMIT_REQUESTS_BURST = 2
-    settings.RATE_LIMIT_BACKOFF_SECONDS = BACKOFF
+    settings.REDIS_CIRCUIT_PROBE_SECONDS = PROBE
     settings.RATE_LIMIT_TIMEOUT_SECONDS = 0.05  # production's (the test settings allow a loaded machine more)
     return limiter_valkey
+
+
+def _wait_closed() -> None:
+    deadline = time.monotonic() + 10
+    while redis_client.breaker.is_open and time.monotonic() < deadline:
+        time.sleep(PROBE / 4)
+    assert not redis_client.breaker.is_open
 
 
 def _timed_statuses(client, count: int) -> tuple[list[int], list[float]]:
@@ -63,9 +71,10 @@ def test_while_valkey_is_stopped_requests_pass_and_limiting_resumes_when_it_is_b
     statuses, seconds = _timed_statuses(client, 20)
     assert statuses == [200] * 20  # fail open
     assert max(seconds) < 0.5, seconds
-    assert sample("rate_limit_unavailable_total") == failures + 1  # one try, then the backoff
+    assert sample("rate_limit_unavailable_total") == failures + 1  # one try, then the open circuit
+    assert redis_client.breaker.is_open
     tight.start()  # empty, as a Valkey without persistence comes back
-    time.sleep(BACKOFF + 0.1)
+    _wait_closed()
     assert _timed_statuses(client, 3)[0] == [200, 200, 429]
 
 
@@ -84,6 +93,6 @@ def test_a_frozen_valkey_never_stalls_requests(tight, client_for, fresh_user) ->
     # The first request waited RATE_LIMIT_TIMEOUT_SECONDS (50 ms); the others did not ask Valkey at all.
     assert max(seconds) < 0.5 and elapsed < 1.5, (seconds, elapsed)
     assert sample("rate_limit_unavailable_total") == failures + 1
-    # Thawed with its state: the user's bucket is still empty once the backoff is over.
-    time.sleep(BACKOFF + 0.1)
+    # Thawed with its state: the user's bucket is still empty once the circuit has closed.
+    _wait_closed()
     assert client.get("/v1/me").status_code == 429
