@@ -24,8 +24,8 @@ recall@5 = the share of a query's relevant items in the first 5 results (of at m
 averaged over queries; MRR@10 = 1 / rank of the first relevant result within the first 10 (0 when none), averaged.
 Under a filter the relevant items are those that pass it.
 
-Run: ``.venv/bin/python bench/recall.py`` (~6-10 min on 2 cores); ``--quick`` for a smoke run (every 4th query, few
-latency requests); ``--help`` for the rest.
+Run: ``.venv/bin/python bench/recall.py`` (1.5-5 min on 2 cores, most of it loading and indexing); ``--quick`` for a
+smoke run (every 4th query, few latency requests); ``--help`` for the rest.
 """
 
 from __future__ import annotations
@@ -193,15 +193,16 @@ RETRIES = Retries()
 
 
 def call_json(session: h.HttpSession, method: str, path: str, body: Any) -> tuple[int, Any]:
-    """(status, decoded body); a 429 is waited out (Retry-After, at most 5 s a time) and retried."""
+    """(status, decoded body); a 429 is waited out (its ``details.retryAfterSeconds``, as its Retry-After header
+    says, at most 5 s a time; 1 s without one) and retried."""
     for _ in range(MAX_429_RETRIES):
         status, data = session.request(method, path, body, expect_2xx=False)
         if status != 429:
             return status, (json.loads(data) if data else None)
         wait = 1.0
         try:
-            wait = min(5.0, max(0.1, float(json.loads(data).get("details", {}).get("retry_after", 1))))
-        except (ValueError, AttributeError):
+            wait = min(5.0, max(0.1, float(json.loads(data)["details"]["retryAfterSeconds"])))
+        except (ValueError, KeyError, TypeError):
             pass
         RETRIES.add(wait)
         time.sleep(wait)
