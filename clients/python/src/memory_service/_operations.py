@@ -43,6 +43,7 @@ from memory_service.models import (
     Namespace,
     OwnershipTransfer,
     Page,
+    SearchQuery,
     SearchResult,
     SearchType,
     TransferRole,
@@ -245,20 +246,42 @@ def delete_memory(namespace: Sequence[str], key: str) -> Call[None]:
 
 
 def search_memories(
-    namespace_prefix: Sequence[str], *, query: str | None = None, filter: Filter | None = None,
+    namespace_prefix: Sequence[str], *, query: str | None = None, queries: Sequence[str | SearchQuery] | None = None,
+    per_query_limit: int | None = None, search_type: SearchType | None = None, filter: Filter | None = None,
     limit: int | None = None, offset: int | None = None,
 ) -> Call[list[MemorySearchItem]]:
-    """Memories under ``namespace_prefix``: ranked by meaning when ``query`` is given (only indexed memories), else
-    filtered by attributes. ``filter`` applies to attributes (values are encrypted)."""
+    """Memories under ``namespace_prefix``. Without ``query`` or ``queries``: filtered by attributes, newest first
+    (``score`` None). With ``query``: ranked by ``search_type``: ``"auto"`` (the service's default: meaning and words
+    together), ``"semantic"`` (meaning only) or ``"fulltext"`` (words only: codes, names, ids). With ``queries``
+    (several questions at once, exclusive with ``query``; each a string or ``{"text", "purpose"}``): each question
+    ranked on its own, its list cut at ``per_query_limit`` (default ``limit``), the lists fused by reciprocal rank;
+    each item names the questions that found it in ``matched_queries``. ``filter`` applies to attributes (values
+    are encrypted). A service without ``search_type`` or ``queries`` answers :class:`~memory_service.ValidationError`.
+    """
+    if query is not None and queries is not None:
+        raise ValueError("query and queries exclude each other: pass one")
+    if isinstance(queries, str | Mapping):
+        raise TypeError("queries is a list of questions, e.g. ['diet', {'text': 'travel plans', 'purpose': 'travel'}]")
     body = _body(namespace_prefix=_namespace(namespace_prefix, "namespace_prefix"), query=query,
+                 queries=None if queries is None else [_search_query(item) for item in queries],
+                 per_query_limit=per_query_limit, search_type=search_type,
                  filter=None if filter is None else dict(filter), limit=limit, offset=offset)
     return Call("POST", "/v1/memories/search",
                 lambda r: [MemorySearchItem.from_json(item) for item in r.json()["items"]], json=body,
                 idempotent=True)
 
 
+def _search_query(item: str | SearchQuery) -> dict[str, str]:
+    if isinstance(item, str):
+        return {"text": item}
+    if not isinstance(item, Mapping) or "text" not in item:
+        raise TypeError(f"a question of queries is a string or {{'text': ..., 'purpose': ...}}, not {item!r}")
+    return dict(item)
+
+
 def search_memory_pages(
-    namespace_prefix: Sequence[str], *, query: str | None = None, filter: Filter | None = None,
+    namespace_prefix: Sequence[str], *, query: str | None = None, queries: Sequence[str | SearchQuery] | None = None,
+    per_query_limit: int | None = None, search_type: SearchType | None = None, filter: Filter | None = None,
     page_size: int = 100, after_cursor: str | None = None,
 ) -> Call[Page[MemorySearchItem]]:
     """:func:`search_memories` as pages, for ``iter_search_memories``: every result of a search, ``page_size`` at a
@@ -272,7 +295,8 @@ def search_memory_pages(
         more = len(items) == page_size and following <= MEMORY_SEARCH_MAX_OFFSET
         return Page(items, str(following) if more else None)
 
-    search = search_memories(namespace_prefix, query=query, filter=filter, limit=page_size, offset=offset)
+    search = search_memories(namespace_prefix, query=query, queries=queries, per_query_limit=per_query_limit,
+                             search_type=search_type, filter=filter, limit=page_size, offset=offset)
     return Call(search.method, search.path, parse, json=search.json, idempotent=search.idempotent)
 
 

@@ -108,6 +108,14 @@ class IndexItem(TypedDict):
     indexedContent: str
 
 
+class SearchQuery(TypedDict, total=False):
+    """One question of a multi-query memory search (``queries=``; a plain string is ``{"text": ...}``): ``purpose``
+    names it in the results' ``matched_queries`` (its ``text`` does when there is none)."""
+
+    text: Required[str]
+    purpose: str
+
+
 # A memory search filter: attribute name -> a scalar (equality) or an object of ``in`` / ``gt`` / ``gte`` / ``lt`` /
 # ``lte`` (or their ``$``-prefixed aliases).
 Filter = Mapping[str, Any]
@@ -195,8 +203,10 @@ class Memory(Model):
 
 @dataclass(frozen=True, slots=True)
 class MemorySearchItem(Model):
-    """A search result: ``score`` is the cosine similarity in [0, 1] for a semantic query, None for an attribute
-    search."""
+    """A search result: ``score`` in [0, 1], higher is better, for a search with ``query`` or ``queries`` (what it
+    means depends on ``search_type``: see :meth:`~memory_service.Client.search_memories`), None for an attribute
+    search. ``matched_queries``: with ``queries``, the purposes (or texts) of the questions that found it; None
+    otherwise."""
 
     _snake_case = True
 
@@ -207,6 +217,7 @@ class MemorySearchItem(Model):
     attributes: dict[str, Any] | None
     score: float | None
     created_at: datetime
+    matched_queries: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from memory_service._ids import conversation_id_for
 from memory_service.langgraph.checkpoint import MemoryServiceCheckpointSaver
-from memory_service.langgraph.store import MemoryServiceStore, StoreIndexConfig
+from memory_service.langgraph.store import (
+    MatchedSearchItem,
+    MemoryServiceStore,
+    MultiQuerySearchOp,
+    StoreIndexConfig,
+)
 
 AsyncMemoryServiceStore = MemoryServiceStore  # one class: BaseStore has both the sync and the async methods
 AsyncMemoryServiceCheckpointSaver = MemoryServiceCheckpointSaver
@@ -25,8 +30,10 @@ AsyncMemoryServiceCheckpointSaver = MemoryServiceCheckpointSaver
 __all__ = [
     "AsyncMemoryServiceCheckpointSaver",
     "AsyncMemoryServiceStore",
+    "MatchedSearchItem",
     "MemoryServiceCheckpointSaver",
     "MemoryServiceStore",
+    "MultiQuerySearchOp",
     "StoreIndexConfig",
     "conversation_id_for",
 ]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypedDict
+from datetime import datetime
+from typing import Any, Literal, NamedTuple, TypedDict
 
 from langgraph.store.base import (
     BaseStore,
@@ -32,7 +33,7 @@ from memory_service.auth import TokenSource
 from memory_service.client import Client
 from memory_service.errors import NotFoundError
 from memory_service.langgraph import _filters
-from memory_service.models import Memory, MemorySearchItem, Namespace
+from memory_service.models import Memory, MemorySearchItem, Namespace, SearchQuery, SearchType
 
 # The service's page size for memory search (its maximum `limit`).
 SEARCH_PAGE = 100
@@ -46,6 +47,39 @@ class StoreIndexConfig(TypedDict, total=False):
     fields: list[str] | None
     dims: int
     embed: Any
+
+
+class MultiQuerySearchOp(NamedTuple):
+    """Several questions in one search (:meth:`MemoryServiceStore.search_queries`); a batch may hold it among
+    LangGraph's own ops. ``queries``: strings, or ``{"text", "purpose"}`` mappings."""
+
+    namespace_prefix: tuple[str, ...]
+    queries: tuple[str | SearchQuery, ...]
+    filter: dict[str, Any] | None = None
+    limit: int = 10
+    offset: int = 0
+    per_query_limit: int | None = None
+    search_type: SearchType | None = None
+    refresh_ttl: bool = True
+
+
+class MatchedSearchItem(SearchItem):
+    """A :class:`SearchItem` of a multi-query search: ``matched_queries`` names the questions (their purpose, or
+    their text) that found it, in request order."""
+
+    __slots__ = ("matched_queries",)
+
+    def __init__(
+        self, namespace: tuple[str, ...], key: str, value: dict[str, Any], created_at: datetime,
+        updated_at: datetime, score: float | None = None, matched_queries: Sequence[str] = (),
+    ) -> None:
+        super().__init__(namespace, key, value, created_at, updated_at, score)
+        self.matched_queries = list(matched_queries)
+
+    def dict(self) -> dict:
+        result = super().dict()
+        result["matched_queries"] = self.matched_queries
+        return result
 
 
 class MemoryServiceStore(BaseStore, UsesClients):
@@ -67,12 +101,15 @@ class MemoryServiceStore(BaseStore, UsesClients):
       ``path.0``, ``path.1``, ...); they are sent as the memory's ``index`` and embedded by the service in the
       background, so a new item is found by ``query`` once the service's indexer has run. ``index=False`` on the
       store disables semantic search (a ``query`` is then ignored, as in a LangGraph store without an index).
-    - **Search**: ``query`` ranks by meaning (``score`` in [0, 1], only indexed items); without one, items come
-      newest first with ``score`` None. **Value filters are applied here, not by the service**: the service can
-      filter only the plaintext attributes its policy derives, because values are encrypted at rest. So the store
-      pages through the service's results (100 at a time, up to its maximum offset of 10000) and keeps those whose
-      decrypted value passes the filter (``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, plain equality,
-      nested objects), until ``offset + limit`` have passed. A filter matching few of many items costs many pages.
+    - **Search**: ``query`` ranks by the service's default (meaning and words together where the service has both;
+      ``score`` in [0, 1]); without one, items come newest first with ``score`` None. Several questions at once:
+      :meth:`search_queries` / :meth:`asearch_queries` (``queries``, ``per_query_limit``, ``search_type``), whose
+      items are :class:`MatchedSearchItem` (``matched_queries``). **Value filters are applied here, not by the
+      service**: the service can filter only the plaintext attributes its policy derives, because values are
+      encrypted at rest. So the store pages through the service's results (100 at a time, up to its maximum offset
+      of 10000) and keeps those whose decrypted value passes the filter (``$eq``, ``$ne``, ``$gt``, ``$gte``,
+      ``$lt``, ``$lte``, plain equality, nested objects), until ``offset + limit`` have passed. A filter matching few
+      of many items costs many pages.
     - **Namespaces**: ``list_namespaces`` with ``"*"`` wildcards, several match conditions and ``max_depth``: what
       the service can match exactly (the literal part of a prefix and a suffix) is sent, and every condition is
       checked again here, so a wildcard never widens the answer.
@@ -125,6 +162,44 @@ class MemoryServiceStore(BaseStore, UsesClients):
             pool.shutdown(wait=True)
         super().close()
 
+    # --- Multi-query search ---------------------------------------------------------------------------------------
+
+    def search_queries(
+        self, namespace_prefix: tuple[str, ...], /, queries: Sequence[str | SearchQuery], *,
+        per_query_limit: int | None = None, search_type: SearchType | None = None,
+        filter: dict[str, Any] | None = None, limit: int = 10, offset: int = 0, refresh_ttl: bool | None = None,
+    ) -> list[MatchedSearchItem]:
+        """Several questions in one search (``["the user's diet", {"text": "travel plans", "purpose": "travel"}]``):
+        the service ranks each on its own (``search_type``: ``"auto"``, its default, ``"semantic"`` or
+        ``"fulltext"``), keeps ``per_query_limit`` of each (default ``limit``), fuses the lists by reciprocal rank
+        and says which questions found each item (``matched_queries``). ``filter``, ``limit``, ``offset`` and
+        ``refresh_ttl`` work as in :meth:`search`; a value filter pages through the fused list only."""
+        return self.batch([self._multi_query_op(namespace_prefix, queries, per_query_limit, search_type, filter,
+                                                limit, offset, refresh_ttl)])[0]
+
+    async def asearch_queries(
+        self, namespace_prefix: tuple[str, ...], /, queries: Sequence[str | SearchQuery], *,
+        per_query_limit: int | None = None, search_type: SearchType | None = None,
+        filter: dict[str, Any] | None = None, limit: int = 10, offset: int = 0, refresh_ttl: bool | None = None,
+    ) -> list[MatchedSearchItem]:
+        """:meth:`search_queries`, awaited."""
+        op = self._multi_query_op(namespace_prefix, queries, per_query_limit, search_type, filter, limit, offset,
+                                  refresh_ttl)
+        return (await self.abatch([op]))[0]
+
+    def _multi_query_op(
+        self, namespace_prefix: tuple[str, ...], queries: Sequence[str | SearchQuery], per_query_limit: int | None,
+        search_type: SearchType | None, filter: dict[str, Any] | None, limit: int, offset: int,
+        refresh_ttl: bool | None,
+    ) -> MultiQuerySearchOp:
+        if isinstance(queries, str | Mapping):
+            raise TypeError("queries is a list of questions, e.g. ['diet', 'travel plans']")
+        if self._fields is None:
+            raise ValueError("this store was made with index=False: nothing is searchable by a question")
+        refresh = self.ttl_config.get("refresh_on_read", False) if refresh_ttl is None else refresh_ttl
+        return MultiQuerySearchOp(tuple(namespace_prefix), tuple(queries), filter, limit, offset, per_query_limit,
+                                  search_type, refresh)
+
     # --- BaseStore ------------------------------------------------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -172,11 +247,11 @@ class MemoryServiceStore(BaseStore, UsesClients):
         size = 0
         for index, op in enumerate(ops):
             size += 1
-            validate_op_namespace(op)
+            validate_op_namespace(SearchOp(op.namespace_prefix) if isinstance(op, MultiQuerySearchOp) else op)
             if isinstance(op, PutOp):
                 puts[(tuple(op.namespace), op.key)] = (index, op)
-            elif isinstance(op, GetOp | SearchOp | ListNamespacesOp):
-                if isinstance(op, SearchOp) and op.filter:
+            elif isinstance(op, GetOp | SearchOp | ListNamespacesOp | MultiQuerySearchOp):
+                if isinstance(op, SearchOp | MultiQuerySearchOp) and op.filter:
                     _filters.check_filter(op.filter)
                 reads.append((index, op))
             else:
@@ -186,7 +261,7 @@ class MemoryServiceStore(BaseStore, UsesClients):
     def _flow(self, op: Op) -> Flow[Any]:
         if isinstance(op, GetOp):
             return self._get(op)
-        if isinstance(op, SearchOp):
+        if isinstance(op, SearchOp | MultiQuerySearchOp):
             return self._search(op)
         if isinstance(op, ListNamespacesOp):
             return self._list_namespaces(op)
@@ -213,8 +288,8 @@ class MemoryServiceStore(BaseStore, UsesClients):
         )
         return None
 
-    def _search(self, op: SearchOp) -> Flow[list[SearchItem]]:
-        query = op.query if (op.query and self._fields is not None) else None
+    def _search(self, op: SearchOp | MultiQuerySearchOp) -> Flow[list[SearchItem]]:
+        ranking = _ranking(op) if self._fields is not None else {}
         wanted = max(op.limit, 0)
         found: list[MemorySearchItem] = []
         if wanted == 0:
@@ -227,7 +302,7 @@ class MemoryServiceStore(BaseStore, UsesClients):
         while offset <= ops.MEMORY_SEARCH_MAX_OFFSET:
             page_size = SEARCH_PAGE if filtering else min(SEARCH_PAGE, wanted - len(found))
             page: list[MemorySearchItem] = yield ops.search_memories(
-                op.namespace_prefix, query=query, limit=page_size, offset=offset
+                op.namespace_prefix, **ranking, limit=page_size, offset=offset
             )
             for memory in page:
                 if not _filters.matches(memory.value, op.filter):
@@ -248,13 +323,7 @@ class MemoryServiceStore(BaseStore, UsesClients):
                 except NotFoundError:
                     continue
                 yield from self._refresh(current)
-        return [
-            SearchItem(
-                namespace=memory.namespace, key=memory.key, value=memory.value, created_at=memory.created_at,
-                updated_at=memory.created_at, score=memory.score,
-            )
-            for memory in found
-        ]
+        return [_search_item(memory, memory.namespace) for memory in found]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Flow[list[tuple[str, ...]]]:
         conditions = list(op.match_conditions or ())
@@ -316,6 +385,22 @@ def _item(memory: Memory) -> Item:
         value=memory.value, key=memory.key, namespace=memory.namespace, created_at=memory.created_at,
         updated_at=memory.created_at,
     )
+
+
+def _ranking(op: SearchOp | MultiQuerySearchOp) -> dict[str, Any]:
+    """The arguments of ``search_memories`` that rank (none: newest first)."""
+    if isinstance(op, MultiQuerySearchOp):
+        return {"queries": list(op.queries), "per_query_limit": op.per_query_limit, "search_type": op.search_type}
+    return {"query": op.query} if op.query else {}
+
+
+def _search_item(memory: MemorySearchItem, namespace: Namespace) -> SearchItem:
+    """The store's item of a search result (``namespace`` as the store shows it)."""
+    if memory.matched_queries is not None:
+        return MatchedSearchItem(namespace, memory.key, memory.value, memory.created_at, memory.created_at,
+                                 memory.score, memory.matched_queries)
+    return SearchItem(namespace=namespace, key=memory.key, value=memory.value, created_at=memory.created_at,
+                      updated_at=memory.created_at, score=memory.score)
 
 
 def _ttl_seconds(ttl: float | None) -> int | None:
