@@ -216,7 +216,7 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
         return []
     tsq_sql, tsq_params = tsquery_sql(query)
     sql = f"""
-        SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, c.title,
+        SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, e.key, c.title,
                ts_headline('{TS_CONFIG}', coalesce(e.indexed_content, ''), {tsq_sql}, %s)
         FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id AND c.deleted_at IS NULL
         WHERE e.id = ANY(%s)
@@ -229,7 +229,7 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
         row = rows.get(hit.entry_id)
         if row is None:  # its conversation was deleted since the ranking query
             continue
-        entry_id, conversation_id, user_id, channel, content_type, content, created_at, title, headline = row
+        entry_id, conversation_id, user_id, channel, content_type, content, created_at, key, title, headline = row
         results.append(
             {
                 "conversationId": str(conversation_id),
@@ -245,6 +245,7 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
                     content_type=content_type,
                     content=selectors.read_content(content, conversation_id, entry_id),
                     created_at=created_at,
+                    key=key,
                 ),
             }
         )
@@ -260,7 +261,7 @@ def unindexed(*, cursor: str | None, limit: int) -> dict:
     """History entries of live conversations with no index text yet, oldest first (indexer role)."""
     page = pagination.keyset_page(
         pagination.SqlKeyset(
-            "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
+            "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, e.key "
             "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id",
             ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], [],
             order=("e.created_at", "e.id"), position_index=6,
@@ -278,9 +279,10 @@ def unindexed(*, cursor: str | None, limit: int) -> dict:
                 content_type=content_type,
                 content=selectors.read_content(content, conversation_id, entry_id),
                 created_at=created_at,
+                key=key,
             ),
         }
-        for entry_id, conversation_id, user_id, channel, content_type, content, created_at in page.items
+        for entry_id, conversation_id, user_id, channel, content_type, content, created_at, key in page.items
     ]
     return pagination.envelope(data, page.next_cursor)
 

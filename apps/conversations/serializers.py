@@ -32,6 +32,11 @@ MAX_CONTENT_TYPE_CHARS = 128
 HISTORY_CONTENT_TYPE_PATTERN = r"^history(/[!-~]+)?$"
 _HISTORY_CONTENT_TYPE = re.compile(HISTORY_CONTENT_TYPE_PATTERN)
 MAX_QUERY_CHARS = 500
+# An entry's lookup key (D11): printable ASCII without spaces, so it is safe in a URL query and in logs as is.
+ENTRY_KEY_MAX_CHARS = 256
+ENTRY_KEY_PATTERN = r"^[!-~]+$"
+_ENTRY_KEY = re.compile(ENTRY_KEY_PATTERN)
+ENTRY_KEY_RULE = f"1 to {ENTRY_KEY_MAX_CHARS} printable ASCII characters, no spaces"
 
 
 def _json_bytes(value: Any) -> int:
@@ -122,6 +127,12 @@ class EntryAppendSerializer(StrictSerializer):
     indexedContent = StrictCharField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
     forkedAtConversationId = StrictUUIDField(required=False)
     forkedAtEntryId = StrictUUIDField(required=False)
+    key = StrictCharField(required=False, trim_whitespace=False, max_length=ENTRY_KEY_MAX_CHARS)
+
+    def validate_key(self, value: str) -> str:
+        if not _ENTRY_KEY.match(value):
+            raise serializers.ValidationError(f"must be {ENTRY_KEY_RULE}")
+        return value
 
     def validate_indexedContent(self, value: str | None) -> str | None:
         if value is not None and len(value.encode("utf-8", "surrogatepass")) > settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES:
@@ -279,6 +290,15 @@ def title_query(raw: str | None) -> str | None:
         return None
     if len(raw) > MAX_QUERY_CHARS or "\x00" in raw:
         raise errors.validation_error({"query": f"must be at most {MAX_QUERY_CHARS} characters without NUL"})
+    return raw
+
+
+def entry_key_param(raw: str | None) -> str | None:
+    """The ``key`` filter of an entry list: absent or empty is no filter."""
+    if raw is None or raw == "":
+        return None
+    if len(raw) > ENTRY_KEY_MAX_CHARS or not _ENTRY_KEY.match(raw):
+        raise errors.validation_error({"key": f"must be {ENTRY_KEY_RULE}"})
     return raw
 
 

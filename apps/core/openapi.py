@@ -36,10 +36,13 @@ class ServiceAutoSchema(AutoSchema):
 
 
 @functools.cache
-def page_of(item: type[serializers.Serializer]) -> type[serializers.Serializer]:
+def page_of(item: type[serializers.Serializer], *, both_ways: bool = False) -> type[serializers.Serializer]:
     """The page envelope of a cursor-paginated list of ``item``, as apps.core.pagination.envelope builds it:
-    ``{"data": [item], "afterCursor": string | null}``. One serializer (one schema component) per item type, named
-    after the item without a trailing ListItem, Item, Response or Result: ConversationListItem -> ConversationPage."""
+    ``{"data": [item], "afterCursor": string | null}``, plus ``beforeCursor`` for a list paged ``both_ways``
+    (pagination.window_envelope). One serializer (one schema component) per item type, named after the item without
+    a trailing ListItem, Item, Response or Result: ConversationListItem -> ConversationPage."""
     name = re.sub(r"(ListItem|Item|Response|Result)$", "", item.__name__) + "Page"
     fields = {"data": item(many=True), "afterCursor": serializers.CharField(allow_null=True)}
+    if both_ways:
+        fields["beforeCursor"] = serializers.CharField(allow_null=True)
     return type(name, (serializers.Serializer,), {"__module__": item.__module__, **fields})
