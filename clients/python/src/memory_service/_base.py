@@ -2,15 +2,17 @@
 (:class:`Call`), the retry policy, the client configuration that turns a call into an ``httpx`` request, and
 :func:`exchange`, the whole exchange of one call (retries, the 401 refresh, errors) as a generator of the
 :data:`Step` s it needs done. The clients only differ in how they do a step (blocking or awaited): :func:`drive`
-and :func:`adrive` run such a generator with the one or the other."""
+and :func:`adrive` run such a generator with the one or the other. Last, the streamed downloads both hand out
+(:class:`AttachmentDownload`, :class:`AsyncAttachmentDownload`)."""
 
 from __future__ import annotations
 
 import email.utils
 import random
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import httpx
@@ -301,3 +303,58 @@ class DownloadInfo:
     @property
     def headers(self) -> httpx.Headers:
         return self._response.headers
+
+
+class AttachmentDownload(DownloadInfo):
+    """A streamed download (or a 304 when ``if_none_match`` matched). Close it, or use it as a context manager."""
+
+    def iter_bytes(self, chunk_size: int | None = 64 * 1024) -> Iterator[bytes]:
+        try:
+            yield from self._response.iter_bytes(chunk_size)
+        except httpx.TransportError as exc:
+            raise connection_error(exc) from exc
+
+    def read(self) -> bytes:
+        return b"".join(self.iter_bytes())
+
+    def save(self, path: str | Path) -> int:
+        """Write the file to ``path``; answers the number of bytes written."""
+        with Path(path).open("wb") as out:
+            return sum(out.write(chunk) for chunk in self.iter_bytes())
+
+    def close(self) -> None:
+        self._response.close()
+
+    def __enter__(self) -> AttachmentDownload:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncAttachmentDownload(DownloadInfo):
+    """A streamed download (or a 304 when ``if_none_match`` matched). ``aclose()`` it, or use ``async with``."""
+
+    async def iter_bytes(self, chunk_size: int | None = 64 * 1024) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_bytes(chunk_size):
+                yield chunk
+        except httpx.TransportError as exc:
+            raise connection_error(exc) from exc
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.iter_bytes()])
+
+    async def save(self, path: str | Path) -> int:
+        """Write the file to ``path``; answers the number of bytes written."""
+        with Path(path).open("wb") as out:
+            return sum([out.write(chunk) async for chunk in self.iter_bytes()])
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+    async def __aenter__(self) -> AsyncAttachmentDownload:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

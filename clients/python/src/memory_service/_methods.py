@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import httpx
 
 from memory_service import _operations as ops
-from memory_service._base import DEFAULT_BASE_URL, DEFAULT_TIMEOUT, Call, ClientConfig, RetryPolicy
+from memory_service._base import (
+    DEFAULT_BASE_URL,
+    DEFAULT_TIMEOUT,
+    AsyncAttachmentDownload,
+    AttachmentDownload,
+    Call,
+    ClientConfig,
+    RetryPolicy,
+)
+from memory_service._sse import AsyncEventStream, EventStream
 from memory_service.auth import TokenSource
 from memory_service.models import Page
-
-if TYPE_CHECKING:
-    from memory_service.async_client import AsyncAttachmentDownload, AsyncClient, AsyncEventStream
-    from memory_service.client import AttachmentDownload, Client, EventStream
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -53,11 +58,13 @@ class Method(Generic[P, S, A]):
     @overload
     def __get__(self, client: None, owner: type) -> Callable[..., Any]: ...
 
+    # A client is told apart by its httpx client: Client is BaseClient[httpx.Client], AsyncClient
+    # BaseClient[httpx.AsyncClient] (this module knows neither: they build on it).
     @overload
-    def __get__(self, client: Client, owner: type | None = None) -> Callable[P, S]: ...
+    def __get__(self, client: BaseClient[httpx.Client], owner: type | None = None) -> Callable[P, S]: ...
 
     @overload
-    def __get__(self, client: AsyncClient, owner: type | None = None) -> Callable[P, A]: ...
+    def __get__(self, client: BaseClient[httpx.AsyncClient], owner: type | None = None) -> Callable[P, A]: ...
 
     def __get__(self, client: object, owner: type | None = None) -> Callable[..., Any]:
         # A plain function's binding: the function itself on the class, a bound method on an instance.
@@ -123,7 +130,20 @@ class BaseClient(Generic[H]):
         self._owns_http = http_client is None
         self._http: H = http_client or self._new_http(timeout)
 
-    def _new_http(self, timeout: float | httpx.Timeout) -> H:
+    def _new_http(self, timeout: httpx.Timeout) -> H:
+        raise NotImplementedError
+
+    # How the methods are sent, supplied by Client (blocking) and AsyncClient (awaited).
+    def _run(self, call: Call[T]) -> Any:
+        raise NotImplementedError
+
+    def _paginate(self, make_call: Callable[[str | None], Call[Page[T]]], cursor: str | None = None) -> Any:
+        raise NotImplementedError
+
+    def _download(self, call: Call[None]) -> Any:
+        raise NotImplementedError
+
+    def _events(self, options: ops.EventsOptions) -> Any:
         raise NotImplementedError
 
     @property
