@@ -19,12 +19,13 @@ import httpx
 from memory_service import _operations as ops
 from memory_service._base import (
     DEFAULT_BASE_URL,
-    DEFAULT_TIMEOUT,
     AsyncAttachmentDownload,
     AttachmentDownload,
     Call,
     ClientConfig,
     RetryPolicy,
+    Timeouts,
+    timeout_of,
 )
 from memory_service._sse import AsyncEventStream, EventStream
 from memory_service.auth import TokenSource
@@ -110,8 +111,12 @@ class BaseClient(Generic[H]):
 
     ``token``: the caller's bearer token, or a callable returning one (asked before each request, e.g. an
     :class:`~memory_service.OAuthToken`). ``api_key``: the application's ``X-API-Key`` (its client id scopes
-    ``context`` entries). Idempotent calls are retried ``max_retries`` times on 503 and connection failures
-    (``retry``: the whole policy). ``http_client``: an ``httpx`` client of your own (left open by ``close()``).
+    ``context`` entries). Idempotent calls are retried ``max_retries`` times on 503 and connection failures, any
+    call on a 429 after its ``Retry-After`` (``retry``: the whole policy); a DELETE whose answer was lost and that
+    finds nothing when sent again has succeeded. ``timeout``: seconds for all of connecting, reading, writing and
+    waiting for a pooled connection, or ``(connect, read, write, pool)``, or an ``httpx.Timeout`` (default: 5, 30,
+    30, 5). A ``base_url`` that is not an http(s) URL with a host is a :class:`~memory_service.ConfigurationError`
+    at once. ``http_client``: an ``httpx`` client of your own (left open by ``close()``; its timeouts apply).
     """
 
     def __init__(
@@ -120,7 +125,7 @@ class BaseClient(Generic[H]):
         *,
         token: TokenSource | None = None,
         api_key: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        timeout: Timeouts | None = None,
         max_retries: int = 3,
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
@@ -128,7 +133,7 @@ class BaseClient(Generic[H]):
     ) -> None:
         self._config = ClientConfig(base_url, token, api_key, retry or RetryPolicy(max_retries=max_retries), headers)
         self._owns_http = http_client is None
-        self._http: H = http_client or self._new_http(timeout)
+        self._http: H = http_client or self._new_http(timeout_of(timeout))
 
     def _new_http(self, timeout: httpx.Timeout) -> H:
         raise NotImplementedError

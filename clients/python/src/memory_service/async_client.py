@@ -27,7 +27,7 @@ class AsyncClient(BaseClient[httpx.AsyncClient]):
     parameters: :class:`~memory_service._methods.BaseClient`; ``token`` may also be a coroutine function).
     ``aclose()`` it (or use ``async with``) to release its connections."""
 
-    def _new_http(self, timeout: float | httpx.Timeout) -> httpx.AsyncClient:
+    def _new_http(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
         return httpx.AsyncClient(timeout=timeout)
 
     async def aclose(self) -> None:

@@ -26,7 +26,7 @@ class Client(BaseClient[httpx.Client]):
     """A client of one Memory Service (its parameters: :class:`~memory_service._methods.BaseClient`). Thread-safe;
     close it (or use ``with``) to release its connections."""
 
-    def _new_http(self, timeout: float | httpx.Timeout) -> httpx.Client:
+    def _new_http(self, timeout: httpx.Timeout) -> httpx.Client:
         return httpx.Client(timeout=timeout)
 
     def close(self) -> None:
