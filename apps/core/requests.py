@@ -44,6 +44,19 @@ def page_params(request: Request, bounds: pagination.LimitBounds) -> tuple[str |
     return params.get("afterCursor") or None, pagination.parse_limit(params.get("limit"), bounds)
 
 
+def window_params(request: Request, bounds: pagination.LimitBounds) -> pagination.Window:
+    """``afterCursor``, ``beforeCursor``, ``tail`` and ``limit`` of a list paged both ways (D11): the three are
+    mutually exclusive (an empty cursor counts as absent, ``tail=false`` as no tail), else a 400 naming them."""
+    after, limit = page_params(request, bounds)
+    before = request.query_params.get("beforeCursor") or None
+    tail = flag_param(request.query_params.get("tail"), "tail")
+    given = [name for name, value in (("afterCursor", after), ("beforeCursor", before), ("tail", tail)) if value]
+    if len(given) > 1:
+        message = "afterCursor, beforeCursor and tail=true are mutually exclusive"
+        raise errors.validation_error({name: message for name in given})
+    return pagination.Window(limit, after, before, tail)
+
+
 def flag_param(raw: str | None, name: str) -> bool:
     """A boolean query parameter: true/1 or false/0 (any case); absent or empty is false."""
     if raw is None or raw == "":
