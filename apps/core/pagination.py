@@ -238,6 +238,22 @@ class Window:
     tail: bool = False
 
 
+WINDOW_NAMES = ("afterCursor", "beforeCursor", "tail")  # the REST query's names of a Window's three modes
+
+
+def window_of(
+    limit: int, *, after: str | None, before: str | None, tail: bool, names: tuple[str, str, str] = WINDOW_NAMES
+) -> Window:
+    """The Window a request asks for (D11): at most one of ``after``, ``before`` and ``tail`` (an empty cursor counts
+    as absent), else a 400 naming the ones given, by ``names`` (the REST query's; the MCP tool's arguments)."""
+    after, before = after or None, before or None
+    given = [name for name, value in zip(names, (after, before, tail), strict=True) if value]
+    if len(given) > 1:
+        message = f"{names[0]}, {names[1]} and {names[2]}=true are mutually exclusive"
+        raise errors.validation_error({name: message for name in given})
+    return Window(limit, after, before, tail)
+
+
 def keyset_window(keyset: BackwardKeyset[T], *, tag: str, window: Window) -> Page[T]:
     """The page ``window`` of ``keyset``, in its order. It carries the cursor of the rows after it
     (``next_cursor``) and of those before it (``before_cursor``), each None exactly when there are no such rows; an

@@ -48,13 +48,12 @@ def window_params(request: Request, bounds: pagination.LimitBounds) -> paginatio
     """``afterCursor``, ``beforeCursor``, ``tail`` and ``limit`` of a list paged both ways (D11): the three are
     mutually exclusive (an empty cursor counts as absent, ``tail=false`` as no tail), else a 400 naming them."""
     after, limit = page_params(request, bounds)
-    before = request.query_params.get("beforeCursor") or None
-    tail = flag_param(request.query_params.get("tail"), "tail")
-    given = [name for name, value in (("afterCursor", after), ("beforeCursor", before), ("tail", tail)) if value]
-    if len(given) > 1:
-        message = "afterCursor, beforeCursor and tail=true are mutually exclusive"
-        raise errors.validation_error({name: message for name in given})
-    return pagination.Window(limit, after, before, tail)
+    return pagination.window_of(
+        limit,
+        after=after,
+        before=request.query_params.get("beforeCursor"),
+        tail=flag_param(request.query_params.get("tail"), "tail"),
+    )
 
 
 def flag_param(raw: str | None, name: str) -> bool:
