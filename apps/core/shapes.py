@@ -218,4 +218,10 @@ def page_of(item: type[Shape], *, both_ways: bool = False) -> type[Shape]:
     after the item without a trailing ListItem, Item, Response or Result: ConversationListItem -> ConversationPage;
     so a list of one item type is paged one way or both ways everywhere, never both."""
     name = re.sub(r"(ListItem|Item|Response|Result)$", "", item.__name__) + "Page"
+    paged = _PAGED.setdefault(item, both_ways)
+    if paged != both_ways:  # two components of one name: drf-spectacular would document only one of them
+        raise TypeError(f"{item.__name__} is already paged {'both ways' if paged else 'one way'}")
     return type(name, (Shape,), {"__module__": item.__module__, **_page_fields(item(many=True), both_ways=both_ways)})
+
+
+_PAGED: dict[type[Shape], bool] = {}  # item shape -> whether its pages are both_ways (page_of)
