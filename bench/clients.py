@@ -1,6 +1,7 @@
 """The Python client's cost per call against bare httpx, and the LangGraph adapters against their floors (issue 22).
 
     python bench/clients.py [--calls N] [--rounds R] [--batch-rounds B] [--checkpoint-calls C]
+                            [--sweep-lengths 10,50,...] [--sweep-calls S] [--only-sweep]
 
 Starts the Procfile's web server (gunicorn + uvicorn worker, 1 worker) on a private benchmark database and seeds one
 memory. Then, in one process and one run, it times the memory GET (GET /v1/memories, the hottest point read) two
@@ -23,8 +24,12 @@ Then the LangGraph adapters (needs ``pip install -r requirements/bench.txt``):
   (langgraph-checkpoint-postgres) on its own database of the same embedded PostgreSQL: the floor a LangGraph user
   would otherwise pick. Both put the same checkpoints (a 10-message ``messages`` channel that changes every step and
   two that do not) interleaved call by call; ``get_tuple`` reads the latest checkpoint of a thread of
-  ``--thread-length`` checkpoints (our saver reads the thread's entries, every page, so its cost grows with the
-  thread; PostgresSaver reads by index).
+  ``--thread-length`` checkpoints;
+- the thread-length sweep (issue 31): one thread per saver grown to each of ``--sweep-lengths`` checkpoints (each
+  step a put_writes and a put, as a graph makes them), and at each length ``get_tuple`` of the latest checkpoint, of
+  one by id (the thread's middle), ``list(limit=5)`` and ``put``, the two savers interleaved call by call. The goal:
+  each of our calls costs the same at 10 and at 5,000 checkpoints (within 1.5x); ``put`` within 2x PostgresSaver's
+  and ``get_tuple`` within 3x.
 
 Results: a markdown report on stdout, JSON in bench/results/.
 """
@@ -183,6 +188,7 @@ class CheckpointStream:
         self.config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         self.versions: dict[str, Any] = {}
         self.step = 0
+        self.stored: list[dict[str, Any]] = []  # the configs advance() put
 
     def put(self) -> None:
         from langgraph.checkpoint.base import empty_checkpoint
@@ -206,6 +212,25 @@ class CheckpointStream:
         found = self.saver.get_tuple({"configurable": {"thread_id": thread["thread_id"], "checkpoint_ns": ""}})
         if found is None or len(found.checkpoint["channel_values"]["messages"]) != 10:
             raise h.BenchError("get_tuple lost the state")
+
+    def advance(self) -> None:
+        """A graph step: a task's writes on the current checkpoint, then the next checkpoint."""
+        if self.step:
+            self.saver.put_writes(self.config, [("messages", [{"role": "assistant", "content": "reply"}])],
+                                  f"task-{self.step}")
+        self.put()
+        self.stored.append(self.config)
+
+    def get_by_id(self, config: dict[str, Any]) -> None:
+        found = self.saver.get_tuple(config)
+        if found is None or found.config["configurable"]["checkpoint_id"] != config["configurable"]["checkpoint_id"]:
+            raise h.BenchError("get_tuple by id found another checkpoint")
+
+    def list_recent(self, limit: int = 5) -> None:
+        thread = self.config["configurable"]["thread_id"]
+        found = list(self.saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, limit=limit))
+        if len(found) != limit:
+            raise h.BenchError(f"list(limit={limit}) found {len(found)}")
 
 
 def measure_checkpointer(
@@ -251,6 +276,85 @@ def measure_checkpointer(
         "thread_length": thread_length,
         "long_thread_length": long_thread,
     }
+
+
+SWEEP_CALLS = ("get_tuple latest", "get_tuple by id", "list(limit=5)", "put")
+
+
+def measure_thread_sweep(
+    server: h.WebServer, token: str, langgraph_url: str, *, lengths: list[int], calls: int,
+) -> dict[str, Any]:
+    """Issue 31's sweep: for each length, one thread per saver grown to it (a put_writes and a put per step, as a
+    graph makes them). Then each call is timed on every thread, all lengths and both savers interleaved call by
+    call (the order flipped every call), so load changes on a shared machine land on every length alike; the floor
+    (an authenticated GET /v1/me of the same client) joins the rotation. ``put`` adds ``calls`` checkpoints to each
+    thread, after the reads."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from memory_service.langgraph import MemoryServiceCheckpointSaver
+
+    with MemoryServiceCheckpointSaver(server.base_url, token=token, api_key=API_KEY) as ours, \
+            PostgresSaver.from_conn_string(langgraph_url) as floor:
+        floor.setup()
+        run_id = time.strftime("%H%M%S")
+        savers = {"memory_service": ours, "postgres_saver": floor}
+        streams: dict[tuple[int, str], CheckpointStream] = {}
+        for length in lengths:
+            grown = time.monotonic()
+            for name, saver in savers.items():
+                stream = streams[(length, name)] = CheckpointStream(saver, f"sweep-{length}-{run_id}")
+                while stream.step < length:
+                    stream.advance()
+            h.log(f"sweep: threads of {length} checkpoints grown in {time.monotonic() - grown:.0f} s")
+        middle = {key: stream.stored[len(stream.stored) // 2] for key, stream in streams.items()}
+        timed = {
+            "get_tuple latest": {key: stream.get_latest for key, stream in streams.items()},
+            "get_tuple by id": {key: (lambda s=stream, c=middle[key]: s.get_by_id(c)) for key, stream in streams.items()},
+            "list(limit=5)": {key: stream.list_recent for key, stream in streams.items()},
+            "put": {key: stream.put for key, stream in streams.items()},
+        }
+        me = ours._clients.sync.me
+        results: dict[str, dict[tuple[int, str], dict[str, float]]] = {}
+        for call, callables in timed.items():
+            h.log(f"sweep: {call}, {calls} calls on each of {len(callables)} threads, interleaved")
+            samples = alternate({**callables, (0, "floor"): me}, rounds=1, per_round=calls, warmup=3)
+            results[call] = {key: percentiles(values) for key, values in samples.items()}
+    rows = []
+    for length in lengths:
+        row: dict[str, Any] = {"checkpoints": length}
+        for call in timed:
+            row[call] = {name: results[call][(length, name)] for name in savers}
+        rows.append(row)
+    floors = {call: results[call][(0, "floor")] for call in timed}
+    return {"rows": rows, "calls": calls, "floor": floors}
+
+
+def report_sweep(sweep: dict[str, Any]) -> str:
+    rows = []
+    for row in sweep["rows"]:
+        cells = [row["checkpoints"]]
+        for call in SWEEP_CALLS:
+            ours, floor = row[call]["memory_service"]["p50"], row[call]["postgres_saver"]["p50"]
+            cells.append(f"{h.fmt(ours, 2)} / {h.fmt(floor, 2)} (x{ours / floor:.1f})")
+        rows.append(cells)
+    first, last = sweep["rows"][0], sweep["rows"][-1]
+    growth = ", ".join(
+        f"{call} x{last[call]['memory_service']['p50'] / first[call]['memory_service']['p50']:.2f}"
+        for call in SWEEP_CALLS
+    )
+    return "\n".join([
+        "## Checkpointer cost against thread length (issue 31)",
+        "",
+        f"p50 ms, MemoryServiceCheckpointSaver / PostgresSaver (ratio), {sweep['calls']} calls each per length, "
+        "every length and both savers interleaved call by call; each step of a thread is a put_writes and a put.",
+        "",
+        h.markdown_table(["checkpoints", *SWEEP_CALLS], rows),
+        "",
+        "Floor, an authenticated GET /v1/me through the same client in the same rotation, p50 ms: "
+        + ", ".join(f"during {call} {h.fmt(sweep['floor'][call]['p50'], 2)}" for call in SWEEP_CALLS) + ".",
+        "",
+        f"MemoryServiceCheckpointSaver p50 at {last['checkpoints']} against {first['checkpoints']} checkpoints: "
+        f"{growth} (goal: within 1.5x).",
+    ])
 
 
 SAVER_LABELS = {
@@ -318,7 +422,12 @@ def main() -> int:
     parser.add_argument("--batch-rounds", type=int, default=20, help="store: rounds of batch against sequential")
     parser.add_argument("--checkpoint-calls", type=int, default=300, help="checkpointer: calls per saver and call")
     parser.add_argument("--thread-length", type=int, default=20, help="checkpointer: checkpoints of the read thread")
+    parser.add_argument("--sweep-lengths", default="10,50,100,200,400,1000,5000",
+                        help="checkpointer sweep: thread lengths (comma-separated, ascending; empty: no sweep)")
+    parser.add_argument("--sweep-calls", type=int, default=30, help="checkpointer sweep: calls per saver and call")
+    parser.add_argument("--only-sweep", action="store_true", help="run the checkpointer sweep only")
     args = parser.parse_args()
+    lengths = sorted(int(part) for part in args.sweep_lengths.split(",") if part.strip())
     h.install_sigterm_handler()
 
     server_url = h.embedded_postgres_url()
@@ -332,14 +441,23 @@ def main() -> int:
     extra_env = {"EMBEDDING_PROVIDER": "hash", "API_KEYS": f"bench:{API_KEY}"}
     with h.web_server(database_url, workers=1, log_path=log_path, extra_env=extra_env) as server:
         token = h.mint_token(server.base_url, USER, PASSWORD)
-        result = measure_overhead(server, token, rounds=args.rounds, per_round=args.calls)
-        store = measure_store_batch(server, token, rounds=args.batch_rounds)
-        saver = measure_checkpointer(server, token, langgraph_url, calls=args.checkpoint_calls,
-                                     thread_length=args.thread_length)
+        result = store = saver = sweep = None
+        if not args.only_sweep:
+            result = measure_overhead(server, token, rounds=args.rounds, per_round=args.calls)
+            store = measure_store_batch(server, token, rounds=args.batch_rounds)
+            saver = measure_checkpointer(server, token, langgraph_url, calls=args.checkpoint_calls,
+                                         thread_length=args.thread_length)
+        if lengths:
+            sweep = measure_thread_sweep(server, token, langgraph_url, lengths=lengths, calls=args.sweep_calls)
     load_after = " ".join(f"{value:.2f}" for value in os.getloadavg())
-    print(report(result, load_before, load_after))
-    print()
-    print(report_adapters(store, saver))
+    if result is not None:
+        print(report(result, load_before, load_after))
+        print()
+        print(report_adapters(store, saver))
+    if sweep is not None:
+        print()
+        print(report_sweep(sweep))
+        print(f"\nLoad average (1, 5, 15 min) before: {load_before}; after: {load_after} ({os.cpu_count()} CPUs).")
     path = h.write_json("clients", {
         "machine": h.machine_info(database_url, load_avg_at_end=load_after),
         "command": h.command_line(),
@@ -347,6 +465,7 @@ def main() -> int:
         "memory_get": result,
         "store_batch": store,
         "checkpointer": saver,
+        "checkpointer_sweep": sweep,
     })
     h.log(f"results written to {path.relative_to(h.REPO_ROOT)}")
     return 0

@@ -279,6 +279,7 @@ class Bench:
 
 def measure(bench: Bench, data: Data, principal: Any) -> None:
     from apps.conversations import selectors, services
+    from apps.core.pagination import Window
     from apps.sharing import services as sharing
 
     text = " ".join(WORDS[:30])
@@ -299,11 +300,12 @@ def measure(bench: Bench, data: Data, principal: Any) -> None:
     long = data.long[: min(TARGETS, len(data.long))]
     pages = []
     for conversation in long:
-        middle = selectors.list_entries(principal, uuid.UUID(conversation), channel=None, cursor=None,
-                                        limit=min(200, bench.args.long_entries // 2))["afterCursor"]
+        middle = selectors.list_entries(principal, uuid.UUID(conversation), channel=None,
+                                        window=Window(min(200, bench.args.long_entries // 2)))["afterCursor"]
         pages.append((conversation, middle))
-    captured = [capture(lambda c=c, m=m: selectors.list_entries(principal, uuid.UUID(c), channel=None, cursor=m,
-                                                                   limit=50), transaction=False) for c, m in pages]
+    captured = [capture(lambda c=c, m=m: selectors.list_entries(principal, uuid.UUID(c), channel=None,
+                                                                   window=Window(50, after=m)), transaction=False)
+                for c, m in pages]
     if any(len(result["data"]) != 50 for _, result in captured):
         raise h.BenchError("entries page: a target returned fewer than 50 entries")
     bench.run("entries page (50)", len(captured[0][0].statements),

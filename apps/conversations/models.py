@@ -74,6 +74,9 @@ class Entry(IndexState):
     # full-text side needs no flag: ``search_vector`` is a generated tsvector column (migration 0002).
     embedding_pending = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField()
+    # A client-chosen lookup key (D11: GET .../entries?key=): several entries may share one (a LangGraph checkpoint
+    # and its pending writes). Plaintext, like the content type: never a secret.
+    key = models.TextField(null=True, blank=True)  # noqa: DJ001 - null = no key
 
     class Meta:
         db_table = "conversation_entries"
@@ -87,6 +90,20 @@ class Entry(IndexState):
         ]
         indexes = [
             models.Index(fields=["conversation", "created_at", "id"], name="conversation_entries_order"),
+            # What a reader's entry list scans, each in list order (apps.conversations.selectors._EntryKeyset): the
+            # shared history, one API-key client's context entries, and the entries of one key. Read from either
+            # end (tail, beforeCursor) without passing over the other channel's or the other clients' entries.
+            models.Index(
+                fields=["conversation", "created_at", "id"], name="conv_entries_history", condition=Q(channel="history")
+            ),
+            models.Index(
+                fields=["conversation", "client_id", "created_at", "id"],
+                name="conv_entries_context",
+                condition=Q(channel="context"),
+            ),
+            models.Index(
+                fields=["conversation", "key", "created_at", "id"], name="conv_entries_key", condition=Q(key__isnull=False)
+            ),
             # GET /v1/conversations/unindexed and the background indexer's text pass.
             models.Index(
                 fields=["created_at", "id"],

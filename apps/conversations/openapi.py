@@ -7,7 +7,13 @@ from django.conf import settings
 from drf_spectacular.extensions import OpenApiSerializerExtension
 
 from apps.conversations.models import Channel
-from apps.conversations.serializers import HISTORY_CONTENT_TYPE_PATTERN, MAX_CONTENT_TYPE_CHARS, ROLES
+from apps.conversations.serializers import (
+    ENTRY_KEY_MAX_CHARS,
+    ENTRY_KEY_PATTERN,
+    HISTORY_CONTENT_TYPE_PATTERN,
+    MAX_CONTENT_TYPE_CHARS,
+    ROLES,
+)
 from apps.core.serializers import NO_NUL_PATTERN
 
 
@@ -24,6 +30,16 @@ class EntryAppendSchema(OpenApiSerializerExtension):
         return entry_append_schema()
 
 
+def entry_key_schema(description: str, *, min_length: int = 1) -> dict:
+    return {
+        "type": "string",
+        "minLength": min_length,
+        "maxLength": ENTRY_KEY_MAX_CHARS,
+        "pattern": ENTRY_KEY_PATTERN if min_length else ENTRY_KEY_PATTERN.replace("+", "*"),
+        "description": description,
+    }
+
+
 def entry_append_schema() -> dict:
     uuid_schema = {"type": "string", "format": "uuid"}
     indexed_content = {
@@ -34,6 +50,10 @@ def entry_append_schema() -> dict:
     common = {
         "forkedAtConversationId": {**uuid_schema, "description": "Only with a new id: fork this conversation"},
         "forkedAtEntryId": {**uuid_schema, "description": "Only with a new id: the fork sees entries before it"},
+        "key": entry_key_schema(
+            "A lookup key of your choice: GET .../entries?key= lists the entries that carry it (several may). "
+            "Stored in plaintext and shown with the entry: no secrets."
+        ),
     }
     together = {"forkedAtConversationId": ["forkedAtEntryId"], "forkedAtEntryId": ["forkedAtConversationId"]}
     items = {"minItems": 1, "maxItems": settings.CONVERSATION_ENTRY_MAX_ITEMS}

@@ -51,6 +51,7 @@ class EntryResponse(Shape):
         "(a key missing from MEMORY_ENCRYPTION_KEYS, or a damaged row). The other entries of the page are served.",
     )
     createdAt = serializers.DateTimeField(source="created_at")
+    key = serializers.CharField(required=False, help_text="The entry's lookup key; present only when it has one")
 
 
 class ForkItem(Shape):

@@ -218,7 +218,7 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
         return []
     tsq_sql, tsq_params = tsquery_sql(query)
     sql = f"""
-        SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, c.title,
+        SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, e.key, c.title,
                ts_headline('{TS_CONFIG}', coalesce(e.indexed_content, ''), {tsq_sql}, %s)
         FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id AND c.deleted_at IS NULL
         WHERE e.id = ANY(%s)
@@ -234,11 +234,11 @@ def _results(hits: list[Hit], query: str) -> list[dict]:
         results.append(
             SearchResult.render(
                 conversation_id=row[1],
-                conversation_title=row[7],
+                conversation_title=row[8],
                 entry_id=row[0],
                 score=hit.score,
-                highlights=row[8],
-                entry=selectors.entry_row(row[:7]),
+                highlights=row[9],
+                entry=selectors.entry_row(row[:8]),
             )
         )
     return results
@@ -253,7 +253,7 @@ def unindexed(*, cursor: str | None, limit: int) -> dict:
     """History entries of live conversations with no index text yet, oldest first (indexer role)."""
     page = pagination.keyset_page(
         pagination.SqlKeyset(
-            "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
+            "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, e.key "
             "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id",
             ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], [],
             order=("e.created_at", "e.id"), position_index=6,

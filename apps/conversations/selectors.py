@@ -88,9 +88,9 @@ def conversation_admin(row: ConversationRow) -> dict:
 
 
 def entry_row(row: tuple) -> dict:
-    """An entry from its (id, conversation_id, user_id, channel, content_type, content, created_at) columns, its
-    content decrypted for the reader."""
-    entry_id, conversation_id, user_id, channel, content_type, content, created_at = row
+    """An entry from its (id, conversation_id, user_id, channel, content_type, content, created_at, key) columns
+    (``ENTRY_COLUMNS``), its content decrypted for the reader; ``key`` shows only when it has one."""
+    entry_id, conversation_id, user_id, channel, content_type, content, created_at, key = row
     return EntryResponse.render(
         id=entry_id,
         conversation_id=conversation_id,
@@ -99,6 +99,7 @@ def entry_row(row: tuple) -> dict:
         content_type=content_type,
         content=read_content(content, conversation_id, entry_id),
         created_at=created_at,
+        key=key,
     )
 
 
@@ -309,36 +310,112 @@ def _visible_where(vis: Visibility) -> tuple[str, list[Any]]:
     return "(" + " OR ".join(clauses) + ")", params
 
 
-def _channel_where(channel: str | None, client_id: str | None, *, admin: bool) -> tuple[str, list[Any]]:
-    """history is shared; context entries are private to the API-key client that wrote them (D5)."""
+# One stream per index (models.Entry's conv_entries_history / conv_entries_context / conversation_entries_order):
+# what a reader sees is the merge of these streams over the conversation's visible segments, each read in list
+# order from where the page starts. Channels are literals, never parameters: the planner matches partial indexes
+# only against literals.
+_HISTORY_STREAM = ("e.channel = 'history'", ())
+_ALL_STREAM = ("TRUE", ())
+
+
+def _context_stream(client_id: str) -> tuple[str, tuple]:
+    return "e.channel = 'context' AND e.client_id = %s", (client_id,)
+
+
+def _streams(channel: str | None, client_id: str | None, *, admin: bool) -> list[tuple[str, tuple]]:
+    """history is shared; context entries are private to the API-key client that wrote them (D5). The admin view
+    reads every channel of every client."""
     if admin:
-        return ("e.channel = %s", [channel]) if channel else ("TRUE", [])
+        if channel == Channel.HISTORY:
+            return [_HISTORY_STREAM]
+        if channel == Channel.CONTEXT:
+            return [("e.channel = 'context'", ())]
+        return [_ALL_STREAM]
     if channel == Channel.HISTORY:
-        return "e.channel = 'history'", []
+        return [_HISTORY_STREAM]
     if channel == Channel.CONTEXT:
-        return "(e.channel = 'context' AND e.client_id = %s)", [client_id]
+        return [_context_stream(client_id)] if client_id is not None else []
     if client_id is None:
-        return "e.channel = 'history'", []
-    return "(e.channel = 'history' OR (e.channel = 'context' AND e.client_id = %s))", [client_id]
+        return [_HISTORY_STREAM]
+    return [_HISTORY_STREAM, _context_stream(client_id)]
 
 
-def _entries_page(vis: Visibility, channel_sql: str, channel_params: list, cursor: str | None, limit: int) -> dict:
-    visible_sql, params = _visible_where(vis)
-    page = pagination.keyset_page(
-        pagination.SqlKeyset(
-            "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at "
-            "FROM conversation_entries e",
-            [visible_sql, channel_sql], [*params, *channel_params], order=("e.created_at", "e.id"), position_index=6,
-        ),
-        tag=ENTRIES_CURSOR, cursor=cursor, limit=limit,
-    )
+ENTRY_COLUMNS = "e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, e.key"
+_ENTRY_CREATED_AT = 6
+
+
+@dataclass(frozen=True)
+class _EntryKeyset:
+    """A conversation's visible entries (its own and its ancestors' before each fork point) in the reader's streams,
+    optionally only those of one ``key``, by (created_at, id). Each (segment, stream) is one index range scan of at
+    most a page's rows from where the page starts; their UNION ALL is sorted and cut to the page, so a page costs
+    its own rows times the streams, whichever end it starts from, never the conversation's length."""
+
+    vis: Visibility
+    streams: list[tuple[str, tuple]]
+    entry_key: str | None = None
+    kind: type = datetime
+
+    def fetch(self, after: tuple[datetime, UUID] | None, count: int) -> list[tuple]:
+        return self._rows(after, count, backward=False)
+
+    def fetch_before(self, before: tuple[datetime, UUID] | None, count: int) -> list[tuple]:
+        return self._rows(before, count, backward=True)
+
+    def key(self, row: tuple) -> tuple[datetime, UUID]:
+        return row[_ENTRY_CREATED_AT], row[0]
+
+    def _rows(self, position: tuple[datetime, UUID] | None, count: int, *, backward: bool) -> list[tuple]:
+        if not self.streams:
+            return []
+        sql, params = self.query(position, count, backward=backward)
+        with connection.cursor() as db:
+            db.execute(sql, params)
+            return db.fetchall()
+
+    def query(self, position: tuple[datetime, UUID] | None, count: int, *, backward: bool) -> tuple[str, list]:
+        """The SQL of a fetch and its parameters (tests explain it)."""
+        direction = "DESC" if backward else "ASC"
+        order = f"ORDER BY e.created_at {direction}, e.id {direction}"
+        parts: list[str] = []
+        params: list[Any] = []
+        for chain_id, bound in self.vis.segments:
+            for stream_sql, stream_params in self.streams:
+                where = ["e.conversation_id = %s", stream_sql]
+                params += [chain_id, *stream_params]
+                if bound is not None:
+                    where.append("(e.created_at, e.id) < (%s, %s)")
+                    params += [bound[0], bound[1]]
+                if self.entry_key is not None:
+                    where.append("e.key = %s")
+                    params.append(self.entry_key)
+                if position is not None:
+                    where.append(f"(e.created_at, e.id) {'<' if backward else '>'} (%s, %s)")
+                    params += [position[0], position[1]]
+                # Its own ORDER BY ... LIMIT makes each part an index range scan that stops after `count` rows,
+                # however the planner weighs the table (a seq scan and a sort of the whole conversation otherwise
+                # wins where one conversation is most of the table).
+                parts.append(
+                    f"(SELECT {ENTRY_COLUMNS} FROM conversation_entries e WHERE {' AND '.join(where)} {order} LIMIT %s)"  # noqa: S608
+                )
+                params.append(count)
+        union = " UNION ALL ".join(parts)
+        return f"SELECT * FROM ({union}) e {order} LIMIT %s", [*params, count]  # noqa: S608
+
+
+def _entries_page(
+    vis: Visibility, streams: list[tuple[str, tuple]], window: pagination.Window, key: str | None
+) -> dict:
+    page = pagination.keyset_window(_EntryKeyset(vis, streams, key), tag=ENTRIES_CURSOR, window=window)
     data = [entry_row(row) for row in page.items]
-    return pagination.envelope(data, page.next_cursor)
+    return pagination.window_envelope(data, page)
 
 
 def list_entries(
-    principal: Principal, conversation_id: UUID, *, channel: str | None, cursor: str | None, limit: int
+    principal: Principal, conversation_id: UUID, *, channel: str | None, window: pagination.Window, key: str | None = None
 ) -> dict:
+    """The page of ``window`` (D11: after or before a cursor, or the newest page) of the entries the caller sees,
+    oldest first; only those of ``key`` when given."""
     vis = visibility(principal.user_id, conversation_id)
     if vis is None or vis.deleted:
         raise errors.not_found("Conversation not found.")
@@ -346,16 +423,16 @@ def list_entries(
         raise errors.forbidden("You do not have access to this conversation.")
     if channel == Channel.CONTEXT and principal.client_id is None:
         raise errors.forbidden("context entries are readable only through the API-key client that wrote them.")
-    channel_sql, channel_params = _channel_where(channel, principal.client_id, admin=False)
-    return _entries_page(vis, channel_sql, channel_params, cursor, limit)
+    return _entries_page(vis, _streams(channel, principal.client_id, admin=False), window, key)
 
 
-def admin_list_entries(conversation_id: UUID, *, channel: str | None, cursor: str | None, limit: int) -> dict:
+def admin_list_entries(
+    conversation_id: UUID, *, channel: str | None, window: pagination.Window, key: str | None = None
+) -> dict:
     vis = visibility("", conversation_id)
     if vis is None:
         raise errors.not_found("Conversation not found.")
-    channel_sql, channel_params = _channel_where(channel, None, admin=True)
-    return _entries_page(vis, channel_sql, channel_params, cursor, limit)
+    return _entries_page(vis, _streams(channel, None, admin=True), window, key)
 
 
 def history_entry_visible(vis: Visibility, entry_id: UUID) -> bool:

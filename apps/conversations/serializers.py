@@ -42,6 +42,11 @@ ADMIN_CONVERSATIONS_LIMIT = LimitBounds(default=100, maximum=1000)
 ADMIN_ENTRIES_LIMIT = LimitBounds(default=50, maximum=1000)
 ADMIN_FORKS_LIMIT = LimitBounds(default=50, maximum=1000)
 ADMIN_SEARCH_LIMIT = LimitBounds(default=20, maximum=1000)  # in the request body
+# An entry's lookup key (D11): printable ASCII without spaces, so it is safe in a URL query and in logs as is.
+ENTRY_KEY_MAX_CHARS = 256
+ENTRY_KEY_PATTERN = r"^[!-~]+$"
+_ENTRY_KEY = re.compile(ENTRY_KEY_PATTERN)
+ENTRY_KEY_RULE = f"1 to {ENTRY_KEY_MAX_CHARS} printable ASCII characters, no spaces"
 
 
 def _json_bytes(value: Any) -> int:
@@ -132,6 +137,12 @@ class EntryAppendSerializer(StrictSerializer):
     indexedContent = StrictCharField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
     forkedAtConversationId = StrictUUIDField(required=False)
     forkedAtEntryId = StrictUUIDField(required=False)
+    key = StrictCharField(required=False, trim_whitespace=False, max_length=ENTRY_KEY_MAX_CHARS)
+
+    def validate_key(self, value: str) -> str:
+        if not _ENTRY_KEY.match(value):
+            raise serializers.ValidationError(f"must be {ENTRY_KEY_RULE}")
+        return value
 
     def validate_indexedContent(self, value: str | None) -> str | None:
         if value is not None and len(value.encode("utf-8", "surrogatepass")) > settings.CONVERSATION_INDEXED_CONTENT_MAX_BYTES:
@@ -289,6 +300,15 @@ def title_query(raw: str | None) -> str | None:
         return None
     if len(raw) > MAX_QUERY_CHARS or "\x00" in raw:
         raise errors.validation_error({"query": f"must be at most {MAX_QUERY_CHARS} characters without NUL"})
+    return raw
+
+
+def entry_key_param(raw: str | None) -> str | None:
+    """The ``key`` filter of an entry list: absent or empty is no filter."""
+    if raw is None or raw == "":
+        return None
+    if len(raw) > ENTRY_KEY_MAX_CHARS or not _ENTRY_KEY.match(raw):
+        raise errors.validation_error({"key": f"must be {ENTRY_KEY_RULE}"})
     return raw
 
 

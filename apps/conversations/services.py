@@ -263,7 +263,8 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
             # Strictly after the previous entry (updated_at), whatever the clock does: entry order = commit order.
             cursor.execute(
                 "WITH e AS (INSERT INTO conversation_entries (id, conversation_id, user_id, client_id, channel, "
-                "content_type, content, indexed_content, embedding_pending, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                "content_type, content, indexed_content, embedding_pending, key, created_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
                 "GREATEST(clock_timestamp(), %s::timestamptz + interval '1 microsecond')) RETURNING created_at) "
                 "UPDATE conversations SET updated_at = (SELECT created_at FROM e) WHERE id = %s RETURNING updated_at",
                 [
@@ -276,6 +277,7 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
                     sealed,
                     data.get("indexedContent"),
                     data.get("indexedContent") is not None,
+                    data.get("key"),
                     locked.updated_at,
                     conversation_id,
                 ],
@@ -304,6 +306,7 @@ def append_entry(principal: Principal, conversation_id: UUID, data: dict) -> dic
         content_type=data["contentType"],
         content=content,
         created_at=created_at,
+        key=data.get("key"),
     )
 
 

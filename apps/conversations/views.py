@@ -13,8 +13,9 @@ from rest_framework.response import Response
 
 from apps.conversations import responses, selectors, serializers, services
 from apps.conversations import search as conversation_search
+from apps.conversations.openapi import entry_key_schema
 from apps.core import audit, pagination
-from apps.core.requests import flag_param, page_params, path_uuid, user_id_param, validated
+from apps.core.requests import flag_param, page_params, path_uuid, user_id_param, validated, window_params
 from apps.core.serializers import NO_NUL_PATTERN, USER_ID_SCHEMA, cursor_parameter, error_responses, limit_parameter
 from apps.core.shapes import page_of
 from apps.identity.permissions import IsAuditor, IsIndexer, RoleChecked
@@ -26,6 +27,35 @@ CHANNEL = OpenApiParameter(
     str,
     enum=["history", "context"],
     description="Omitted: history entries plus the calling API-key client's own context entries",
+)
+# D11: entry lists read from either end. The cursors are the envelope's; tail and both cursors exclude each other.
+BEFORE_CURSOR = OpenApiParameter(
+    "beforeCursor",
+    pagination.CURSOR_SCHEMA,
+    description="A page's beforeCursor: the entries just before that page, still oldest first (opaque; absent or "
+    "empty: not this mode). Not with afterCursor or tail=true (400).",
+)
+ENTRIES_AFTER_CURSOR = OpenApiParameter(
+    "afterCursor",
+    pagination.CURSOR_SCHEMA,
+    description="A page's afterCursor: the entries just after that page (opaque; absent or empty: the first page). "
+    "Not with beforeCursor or tail=true (400).",
+)
+TAIL = OpenApiParameter(
+    "tail",
+    bool,
+    description="true: the newest page (the last `limit` entries), still oldest first; walk back with its "
+    "beforeCursor. Not with afterCursor or beforeCursor (400).",
+)
+ENTRY_KEY = OpenApiParameter(
+    "key",
+    entry_key_schema("Only the entries appended with this key (absent or empty: every entry)", min_length=0),
+)
+ENTRIES_DESCRIPTION = (
+    "Oldest first, from either end: the first page, a page after `afterCursor`, a page before `beforeCursor`, or "
+    "the newest page (`tail=true`); every page is oldest first and carries `afterCursor` (the page after it) and "
+    "`beforeCursor` (the page before it), each null when there is none. `key` keeps only the entries appended with "
+    "that key. A fork shows its parent's entries before the fork point, then its own. "
 )
 # Not conversation ids: the collection's own routes (POST /v1/conversations/search, GET .../unindexed, POST .../index).
 ID_SEGMENT = r"(?!search$|unindexed$|index$)[^/]+"
@@ -117,18 +147,19 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
     @extend_schema(
         tags=["conversations"],
         summary="List a conversation's entries",
-        description="Oldest first. A fork shows its parent's entries before the fork point, then its own. "
-        "context entries are visible only to the API-key client that wrote them (channel=context without a "
-        "client is 403).",
-        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter(serializers.ENTRIES_LIMIT)],
-        responses={200: page_of(responses.EntryResponse), **error_responses(400, 401, 403, 404)},
+        description=ENTRIES_DESCRIPTION + "context entries are visible only to the API-key client that wrote them "
+        "(channel=context without a client is 403).",
+        parameters=[CONVERSATION_ID, CHANNEL, ENTRIES_AFTER_CURSOR, BEFORE_CURSOR, TAIL, ENTRY_KEY,
+                    limit_parameter(serializers.ENTRIES_LIMIT)],
+        responses={200: page_of(responses.EntryResponse, both_ways=True), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
     def entries(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
         channel = serializers.channel_param(request.query_params.get("channel"))
-        cursor, limit = page_params(request, serializers.ENTRIES_LIMIT)
-        return Response(selectors.list_entries(request.user, conversation_id, channel=channel, cursor=cursor, limit=limit))
+        key = serializers.entry_key_param(request.query_params.get("key"))
+        window = window_params(request, serializers.ENTRIES_LIMIT)
+        return Response(selectors.list_entries(request.user, conversation_id, channel=channel, window=window, key=key))
 
     @extend_schema(
         tags=["conversations"],
@@ -275,22 +306,26 @@ class AdminConversationViewSet(RoleChecked, viewsets.ViewSet):
     @extend_schema(
         tags=["admin"],
         summary="List any conversation's entries (all channels)",
-        parameters=[CONVERSATION_ID, CHANNEL, AFTER_CURSOR, limit_parameter(serializers.ADMIN_ENTRIES_LIMIT)],
-        responses={200: page_of(responses.EntryResponse), **error_responses(400, 401, 403, 404)},
+        description=ENTRIES_DESCRIPTION + "Every channel of every client (channel filters).",
+        parameters=[CONVERSATION_ID, CHANNEL, ENTRIES_AFTER_CURSOR, BEFORE_CURSOR, TAIL, ENTRY_KEY,
+                    limit_parameter(serializers.ADMIN_ENTRIES_LIMIT)],
+        responses={200: page_of(responses.EntryResponse, both_ways=True), **error_responses(400, 401, 403, 404)},
     )
     @action(detail=True, methods=["get"], url_path="entries")
     def entries(self, request: Request, conversationId: str) -> Response:
         conversation_id = path_uuid(conversationId, "conversationId")
         channel = serializers.channel_param(request.query_params.get("channel"))
-        cursor, limit = page_params(request, serializers.ADMIN_ENTRIES_LIMIT)
+        key = serializers.entry_key_param(request.query_params.get("key"))
+        window = window_params(request, serializers.ADMIN_ENTRIES_LIMIT)
         self.authorize(request)
         audit.record(
             request.user,
             "admin.conversations.entries",
             target_id=str(conversation_id),
-            params={"channel": channel, "limit": limit, "afterCursor": bool(cursor)},
+            params={"channel": channel, "limit": window.limit, "afterCursor": bool(window.after),
+                    "beforeCursor": bool(window.before), "tail": window.tail, "key": key},
         )
-        return Response(selectors.admin_list_entries(conversation_id, channel=channel, cursor=cursor, limit=limit))
+        return Response(selectors.admin_list_entries(conversation_id, channel=channel, window=window, key=key))
 
     @extend_schema(
         tags=["admin"],

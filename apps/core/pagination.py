@@ -16,6 +16,11 @@ refusal is the same 400 ``validation_error`` naming the cursor field ("malformed
 a cursor whose item was deleted in the meantime still continues at the right place; it fetches limit + 1 rows, so
 the next cursor is null exactly when nothing follows. The rows come from a ``Keyset``: ``ModelKeyset`` (a QuerySet),
 ``SqlKeyset`` (a raw-SQL list) or a list's own (conversation search ranks in Python).
+
+``keyset_window`` pages a list both ways (D11's conversation entries): after a cursor (or from the start), before a
+cursor, or its newest page (``tail``); every page is in the list's order, and carries the cursor of the page before
+it (``beforeCursor``, tagged ``<tag>.before``) as well as the one after it. Walking back is the same keyset
+condition turned round (``< (position, id)`` from the end), so it costs what walking forward costs.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from django.db.models import F, Q, QuerySet
 
 from apps.core import errors
 from apps.core.parsers import nesting_exceeds
-from apps.core.shapes import Envelope
+from apps.core.shapes import Envelope, WindowEnvelope
 
 T = TypeVar("T")
 
@@ -182,6 +187,7 @@ def decode_cursor(
 class Page(Generic[T]):
     items: list[T]
     next_cursor: str | None
+    before_cursor: str | None = None  # keyset_window's pages only
 
 
 class Keyset(Protocol[T]):
@@ -205,6 +211,76 @@ def keyset_page(keyset: Keyset[T], *, tag: str, cursor: str | None, limit: int, 
         return Page(rows, None)
     rows = rows[:limit]
     return Page(rows, encode_cursor(tag, *keyset.key(rows[-1])))
+
+
+class BackwardKeyset(Keyset[T], Protocol):
+    """A keyset that can also be read from its end."""
+
+    def fetch_before(self, before: tuple[Any, Any] | None, count: int) -> list[T]:
+        """The last ``count`` rows before the keyset position ``before`` (None: up to the end), nearest first."""
+
+
+def before_tag(tag: str) -> str:
+    """The tag of a list's backward cursors: a ``beforeCursor`` handed in as ``afterCursor`` (or the other way
+    round) is a 400, not a page that silently overlaps."""
+    return f"{tag}.before"
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which page of a list paged both ways: ``limit`` rows after the cursor ``after`` (or from the start), before
+    the cursor ``before``, or the last ones (``tail``). At most one of the three (apps.core.requests.window_params
+    refuses more)."""
+
+    limit: int
+    after: str | None = None
+    before: str | None = None
+    tail: bool = False
+
+
+WINDOW_NAMES = ("afterCursor", "beforeCursor", "tail")  # the REST query's names of a Window's three modes
+
+
+def window_of(
+    limit: int, *, after: str | None, before: str | None, tail: bool, names: tuple[str, str, str] = WINDOW_NAMES
+) -> Window:
+    """The Window a request asks for (D11): at most one of ``after``, ``before`` and ``tail`` (an empty cursor counts
+    as absent), else a 400 naming the ones given, by ``names`` (the REST query's; the MCP tool's arguments)."""
+    after, before = after or None, before or None
+    given = [name for name, value in zip(names, (after, before, tail), strict=True) if value]
+    if len(given) > 1:
+        message = f"{names[0]}, {names[1]} and {names[2]}=true are mutually exclusive"
+        raise errors.validation_error({name: message for name in given})
+    return Window(limit, after, before, tail)
+
+
+def keyset_window(keyset: BackwardKeyset[T], *, tag: str, window: Window) -> Page[T]:
+    """The page ``window`` of ``keyset``, in its order. It carries the cursor of the rows after it
+    (``next_cursor``) and of those before it (``before_cursor``), each None exactly when there are no such rows; an
+    empty page has neither."""
+    limit, after, before, tail = window.limit, window.after, window.before, window.tail
+    if before is not None or tail:
+        position = decode_cursor(before, before_tag(tag), keyset.kind, "beforeCursor") if before else None
+        rows = keyset.fetch_before(position, limit + 1)
+        earlier = len(rows) > limit
+        rows = rows[:limit][::-1]
+        if not rows:
+            return Page([], None, None)
+        # Nothing follows the newest row; after a cursor, only a row past the last one shows there is more.
+        later = not tail and bool(keyset.fetch(keyset.key(rows[-1]), 1))
+    else:
+        position = decode_cursor(after, tag, keyset.kind, "afterCursor") if after else None
+        rows = keyset.fetch(position, limit + 1)
+        later = len(rows) > limit
+        rows = rows[:limit]
+        if not rows:
+            return Page([], None, None)
+        earlier = position is not None and bool(keyset.fetch_before(keyset.key(rows[0]), 1))
+    return Page(
+        rows,
+        encode_cursor(tag, *keyset.key(rows[-1])) if later else None,
+        encode_cursor(before_tag(tag), *keyset.key(rows[0])) if earlier else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -265,3 +341,9 @@ def envelope(data: list[Any], next_cursor: str | None) -> dict[str, Any]:
     """The interface's page envelope for every cursor-paginated list (memory lists have their own shapes), as
     apps.core.shapes.page_of declares it."""
     return Envelope.render(data=data, afterCursor=next_cursor)
+
+
+def window_envelope(data: list[Any], page: Page[Any]) -> dict[str, Any]:
+    """The envelope of a list paged both ways (``keyset_window``): D11 adds ``beforeCursor``, as
+    apps.core.shapes.page_of(..., both_ways=True) declares it."""
+    return WindowEnvelope.render(data=data, afterCursor=page.next_cursor, beforeCursor=page.before_cursor)

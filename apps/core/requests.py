@@ -44,6 +44,18 @@ def page_params(request: Request, bounds: pagination.LimitBounds) -> tuple[str |
     return params.get("afterCursor") or None, pagination.parse_limit(params.get("limit"), bounds)
 
 
+def window_params(request: Request, bounds: pagination.LimitBounds) -> pagination.Window:
+    """``afterCursor``, ``beforeCursor``, ``tail`` and ``limit`` of a list paged both ways (D11): the three are
+    mutually exclusive (an empty cursor counts as absent, ``tail=false`` as no tail), else a 400 naming them."""
+    after, limit = page_params(request, bounds)
+    return pagination.window_of(
+        limit,
+        after=after,
+        before=request.query_params.get("beforeCursor"),
+        tail=flag_param(request.query_params.get("tail"), "tail"),
+    )
+
+
 def flag_param(raw: str | None, name: str) -> bool:
     """A boolean query parameter: true/1 or false/0 (any case); absent or empty is false."""
     if raw is None or raw == "":

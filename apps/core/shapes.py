@@ -24,7 +24,9 @@ is absent. Both renderers are generated Python (a dict literal), as fast as one 
 use them directly and no hand-written copy of a shape exists to drift from its schema.
 
 A list's page is ``page_of(<item shape>)``: ``{"data": [item], "afterCursor": string | null}``
-(``apps.core.pagination.envelope`` renders it); a page with more than that is a Shape of its own.
+(``apps.core.pagination.envelope`` renders it); a list read from either end (D11) is ``page_of(<item>, both_ways=True)``,
+which adds ``"beforeCursor": string | null`` (``apps.core.pagination.window_envelope``); a page with more than that is
+a Shape of its own.
 
 To add a field to a response: declare it on the shape and pass its source to the shape's ``render`` (or give it as
 an attribute or keyword to ``from_object``); the schema, the renderer and tests/core/test_shapes.py follow.
@@ -195,18 +197,31 @@ def _compile(
 # --- Pages of cursor-paginated lists -----------------------------------------------------------------------------
 
 
-def _page_fields(data: serializers.Field) -> dict[str, serializers.Field]:
-    return {"data": data, "afterCursor": serializers.CharField(allow_null=True)}
+def _page_fields(data: serializers.Field, *, both_ways: bool = False) -> dict[str, serializers.Field]:
+    fields = {"data": data, "afterCursor": serializers.CharField(allow_null=True)}
+    if both_ways:
+        fields["beforeCursor"] = serializers.CharField(allow_null=True)
+    return fields
 
 
-# What every page holds, whatever its items (apps.core.pagination.envelope renders with it).
-Envelope = type("Envelope", (Shape,), {"__module__": __name__, **_page_fields(serializers.ListField(child=serializers.DictField()))})
+_ANY_ITEMS = serializers.ListField(child=serializers.DictField())
+# What every page holds, whatever its items (apps.core.pagination.envelope renders with it), and a page of a list
+# read from either end (D11; apps.core.pagination.window_envelope).
+Envelope = type("Envelope", (Shape,), {"__module__": __name__, **_page_fields(_ANY_ITEMS)})
+WindowEnvelope = type("WindowEnvelope", (Shape,), {"__module__": __name__, **_page_fields(_ANY_ITEMS, both_ways=True)})
 
 
 @functools.cache
-def page_of(item: type[Shape]) -> type[Shape]:
-    """The page envelope of a cursor-paginated list of ``item``. One shape (one schema component) per item type,
-    named after the item without a trailing ListItem, Item, Response or Result: ConversationListItem ->
-    ConversationPage."""
+def page_of(item: type[Shape], *, both_ways: bool = False) -> type[Shape]:
+    """The page envelope of a cursor-paginated list of ``item``, plus ``beforeCursor`` for a list paged
+    ``both_ways`` (apps.core.pagination.keyset_window). One shape (one schema component) per item type, named
+    after the item without a trailing ListItem, Item, Response or Result: ConversationListItem -> ConversationPage;
+    so a list of one item type is paged one way or both ways everywhere, never both."""
     name = re.sub(r"(ListItem|Item|Response|Result)$", "", item.__name__) + "Page"
-    return type(name, (Shape,), {"__module__": item.__module__, **_page_fields(item(many=True))})
+    paged = _PAGED.setdefault(item, both_ways)
+    if paged != both_ways:  # two components of one name: drf-spectacular would document only one of them
+        raise TypeError(f"{item.__name__} is already paged {'both ways' if paged else 'one way'}")
+    return type(name, (Shape,), {"__module__": item.__module__, **_page_fields(item(many=True), both_ways=both_ways)})
+
+
+_PAGED: dict[type[Shape], bool] = {}  # item shape -> whether its pages are both_ways (page_of)

@@ -343,9 +343,17 @@ def create_conversation(principal: Principal, data: dict[str, Any]) -> dict[str,
     )
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON boolean: no "true", 1 or null (DRF's BooleanField takes them; a tool's arguments are JSON)."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
 class ListEntriesArguments(StrictSerializer):
-    """GET /v1/conversations/{id}/entries: channel, after_cursor, limit. (``tail`` and ``before_cursor`` (D11) join
-    here, as fields, when the REST list takes them: see list_entries.)"""
+    """GET /v1/conversations/{id}/entries: channel, after_cursor, before_cursor, tail (D11), limit."""
 
     conversation_id = StrictUUIDField()
     channel = StrictChoiceField(
@@ -353,25 +361,40 @@ class ListEntriesArguments(StrictSerializer):
         required=False,
         help_text="Omitted: history entries plus the calling API-key client's own context entries",
     )
-    after_cursor = CursorArgument(required=False, help_text="afterCursor of the previous page")
+    after_cursor = CursorArgument(
+        required=False, help_text="afterCursor of a page: the entries after it. Not with before_cursor or tail"
+    )
+    before_cursor = CursorArgument(
+        required=False,
+        help_text="beforeCursor of a page: the entries before it, still oldest first. Not with after_cursor or tail",
+    )
+    tail = StrictBooleanField(
+        required=False,
+        help_text="true: the newest page (the last `limit` entries), still oldest first; walk back with its "
+        "beforeCursor. Not with after_cursor or before_cursor",
+    )
     limit = body_limit_field(conversation_serializers.ENTRIES_LIMIT)(required=False)
+
+
+_ENTRIES_NAMES = {"afterCursor": "after_cursor", "beforeCursor": "before_cursor"}
 
 
 def list_entries(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
     return conversation_selectors.list_entries(
-        principal,
-        data["conversation_id"],
-        channel=data.get("channel"),
-        **_entry_page(data),
+        principal, data["conversation_id"], channel=data.get("channel"), window=_entry_window(data)
     )
 
 
-def _entry_page(data: dict[str, Any]) -> dict[str, Any]:
-    """The page arguments of list_entries as the selector takes them (where ``tail`` and ``before_cursor`` go)."""
-    return {
-        "cursor": data.get("after_cursor") or None,
-        "limit": pagination.parse_limit(data.get("limit"), conversation_serializers.ENTRIES_LIMIT),
-    }
+def _entry_window(data: dict[str, Any]) -> pagination.Window:
+    """The page of list_entries the arguments ask for, by the REST list's rule (one of after_cursor, before_cursor
+    and tail=true at most: a 400 naming them)."""
+    return pagination.window_of(
+        pagination.parse_limit(data.get("limit"), conversation_serializers.ENTRIES_LIMIT),
+        after=data.get("after_cursor"),
+        before=data.get("before_cursor"),
+        tail=data.get("tail", False),
+        names=("after_cursor", "before_cursor", "tail"),
+    )
 
 
 class AppendEntryArguments(StrictSerializer):
@@ -526,11 +549,12 @@ TOOLS: dict[str, Tool] = {
             "list_entries",
             "List a conversation's entries",
             "A conversation's entries, oldest first, as GET /v1/conversations/{id}/entries. Pass the page's "
-            "`afterCursor` as `after_cursor` for the next page.",
+            "`afterCursor` as `after_cursor` for the next page; `tail: true` gives the newest page (still oldest "
+            "first), and its `beforeCursor` as `before_cursor` the page before it. At most one of the three.",
             ListEntriesArguments,
-            page_of(conversation_responses.EntryResponse),
+            page_of(conversation_responses.EntryResponse, both_ways=True),
             list_entries,
-            names={"afterCursor": "after_cursor"},
+            names=_ENTRIES_NAMES,
             read_only=True,
         ),
         Tool(

@@ -59,12 +59,18 @@ def test_ttl_minutes_become_whole_seconds() -> None:
             _ttl_seconds(bad)
 
 
-def test_thread_ids_map_to_conversation_ids() -> None:
+def test_thread_ids_map_to_conversation_ids_per_user() -> None:
     own = uuid.uuid4()
-    assert conversation_id_for(str(own)) == str(own) == conversation_id_for(own)
-    assert conversation_id_for(str(own).upper()) == str(own)  # one conversation, however the UUID is spelled
-    assert conversation_id_for("chat-42") == str(uuid.uuid5(THREAD_NAMESPACE, "chat-42")) == conversation_id_for("chat-42")
-    assert conversation_id_for("chat-42") != conversation_id_for("chat-43")
+    assert conversation_id_for(str(own), "bob") == str(own) == conversation_id_for(own, "charlie")
+    assert conversation_id_for(str(own).upper(), "bob") == str(own)  # one conversation, however the UUID is spelled
+    bobs = conversation_id_for("chat-42", "bob")
+    assert bobs == str(uuid.uuid5(uuid.uuid5(THREAD_NAMESPACE, "bob"), "chat-42")) == conversation_id_for("chat-42", "bob")
+    assert bobs != conversation_id_for("chat-43", "bob")
+    # Two users' thread ids never name one conversation, nor does the old shared derivation.
+    assert bobs != conversation_id_for("chat-42", "charlie")
+    assert bobs != str(uuid.uuid5(THREAD_NAMESPACE, "chat-42"))
+    with pytest.raises(ValueError):
+        conversation_id_for("chat-42", "")
 
 
 def entry(content: list[dict]) -> Entry:

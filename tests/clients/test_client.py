@@ -150,7 +150,20 @@ def test_conversations_entries_and_forks(sdk) -> None:
     assert (entries[-1].content_type, entries[-1].content) == ("history/vercelai", [rich])
     assert [entry.id for entry in bob.iter_entries(created.id, limit=2)] == [entry.id for entry in entries]
     first_page = bob.list_entries(created.id, limit=2)
-    assert len(first_page) == 2 and first_page.after_cursor
+    assert len(first_page) == 2 and first_page.after_cursor and first_page.before_cursor is None
+
+    # From the end (D11): the newest page, then the one before it; and entries found by their key.
+    tail = bob.list_entries(created.id, limit=2, tail=True)
+    assert [e.id for e in tail] == [e.id for e in entries[3:]] and tail.after_cursor is None
+    before = bob.list_entries(created.id, limit=2, before_cursor=tail.before_cursor)
+    assert [e.id for e in before] == [e.id for e in entries[1:3]] and before.after_cursor and before.before_cursor
+    with pytest.raises(ValueError):
+        bob.list_entries(created.id, tail=True, before_cursor=tail.before_cursor)
+    keyed = bob.append_entry(created.id, [{"role": "USER", "text": "keyed"}], key=f"k-{run}")
+    assert keyed.key == f"k-{run}" and entries[0].key is None
+    assert [e.id for e in bob.list_entries(created.id, key=f"k-{run}")] == [keyed.id]
+    assert [e.id for e in alice.admin_list_entries(created.id, tail=True, limit=1)] == [keyed.id]
+    entries.append(keyed)
 
     # A fork: appending to a new id with a fork point.
     fork_id = str(uuid.uuid4())

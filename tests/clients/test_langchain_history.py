@@ -9,7 +9,7 @@ from functools import partial
 
 import pytest
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
-from memory_service import Client, NotFoundError
+from memory_service import Client, ConversationTakenError, NotFoundError
 from memory_service.langchain import MemoryServiceChatMessageHistory, conversation_id_for
 
 from tests.clients.conftest import user_token
@@ -19,8 +19,11 @@ from tests.live_service import LiveService
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("empty_tables_after_module")]
 
 
-def make_history(live_service: LiveService, session_id: str, user: str = "bob") -> MemoryServiceChatMessageHistory:
-    return MemoryServiceChatMessageHistory(session_id, live_service.base_url, token=user_token(live_service, user))
+def make_history(
+    live_service: LiveService, session_id: str, user: str = "bob", **kwargs
+) -> MemoryServiceChatMessageHistory:
+    return MemoryServiceChatMessageHistory(session_id, live_service.base_url, token=user_token(live_service, user),
+                                           **kwargs)
 
 
 def test_every_message_kind_round_trips(live_service: LiveService) -> None:
@@ -39,7 +42,7 @@ def test_every_message_kind_round_trips(live_service: LiveService) -> None:
     history.add_messages(sent)
     assert history.messages == sent
     with Client(live_service.base_url, token=user_token(live_service, "bob")) as client:
-        conversation_id = conversation_id_for(session)
+        conversation_id = conversation_id_for(session, "bob")
         assert client.get_conversation(conversation_id).title == ""  # the first entry, the system prompt, has no text
         entries = list(client.iter_entries(conversation_id))
         # Runs of one role are one entry: system | human | ai, tool, ai, critic | human.
@@ -81,12 +84,23 @@ def test_async_and_clear(live_service: LiveService) -> None:
         history.add_user_message("a deleted conversation's id is never reused")
 
 
-def test_members_share_the_history(live_service: LiveService) -> None:
+def test_members_share_the_history_when_told_to(live_service: LiveService) -> None:
+    """A history shared with charlie is his to read (and, as a writer, to add to) only with allow_shared=True;
+    otherwise it is someone else's conversation, refused by name."""
     session = str(uuid.uuid4())
     make_history(live_service, session).add_messages([HumanMessage("shared plan")])
     with Client(live_service.base_url, token=user_token(live_service, "bob")) as client:
         client.add_membership(session, "charlie", "reader")
-    assert make_history(live_service, session, "charlie").messages == [HumanMessage("shared plan")]
+    with pytest.raises(ConversationTakenError, match="bob"):
+        _ = make_history(live_service, session, "charlie").messages
+    shared = make_history(live_service, session, "charlie", allow_shared=True)
+    assert shared.messages == [HumanMessage("shared plan")]
+    with pytest.raises(ConversationTakenError):  # a reader: sharing lets him read, not write
+        shared.add_user_message("mine too?")
+    with Client(live_service.base_url, token=user_token(live_service, "bob")) as client:
+        client.update_membership(session, "charlie", "writer")
+    make_history(live_service, session, "charlie", allow_shared=True).add_user_message("mine too")
+    assert [m.text for m in make_history(live_service, session).messages] == ["shared plan", "mine too"]
 
 
 def test_32_concurrent_writers_to_one_history(live_service: LiveService) -> None:
@@ -102,3 +116,27 @@ def test_32_concurrent_writers_to_one_history(live_service: LiveService) -> None
     texts = [message.text for message in make_history(live_service, session).messages]
     assert sorted(texts) == sorted([f"q{i}" for i in range(32)] + [f"a{i}" for i in range(32)])
     assert all(texts.index(f"q{i}") < texts.index(f"a{i}") for i in range(32))
+
+
+def test_a_session_id_another_user_took_first_is_refused_and_never_written(live_service: LiveService) -> None:
+    """Charlie creates the conversation bob's session id maps to (derived ids are predictable), even makes bob a
+    writer: bob's history refuses it by name and appends nothing; charlie's own session of that name is another
+    conversation."""
+    session = f"support-chat-{uuid.uuid4().hex[:8]}"
+    taken = conversation_id_for(session, "bob")
+    with Client(live_service.base_url, token=user_token(live_service, "charlie")) as charlie:
+        charlie.create_conversation(id=taken, title="charlie's trap")
+        history = make_history(live_service, session)
+        with pytest.raises(ConversationTakenError, match="another user") as caught:
+            history.add_messages([HumanMessage("my card number is ...")])
+        assert (caught.value.conversation_id, caught.value.owner_user_id) == (taken, None)
+        charlie.add_membership(taken, "bob", "writer")
+        for attempt in (make_history(live_service, session), history):
+            with pytest.raises(ConversationTakenError, match="belongs to 'charlie'"):
+                attempt.add_user_message("still not")
+            with pytest.raises(ConversationTakenError):
+                _ = attempt.messages
+        assert list(charlie.iter_entries(taken)) == []
+    mine = make_history(live_service, session, "charlie")
+    mine.add_user_message("charlie's own")
+    assert mine.conversation_id != taken

@@ -21,6 +21,9 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("empty_tables_after
 
 
 def make_store(live_service: LiveService, user: str = "bob", **kwargs) -> MemoryServiceStore:
+    """A store on the service's namespaces as they are (``namespace_prefix=()``): the tests below name
+    ``("user", "bob", ...)`` themselves; the default prefix has its own tests at the end."""
+    kwargs.setdefault("namespace_prefix", ())
     return MemoryServiceStore(live_service.base_url, token=user_token(live_service, user), **kwargs)
 
 
@@ -248,3 +251,55 @@ def test_another_user_is_refused_by_the_service_policy(live_service: LiveService
         with pytest.raises(PermissionDeniedError):
             store.get(ns, "mine")
         assert store.search(ns) == []  # search is scoped to charlie's own subtree by the policy
+
+
+# --- The default namespace prefix: the caller's own ("user", <user id>) -----------------------------------------
+
+
+def test_by_default_items_live_under_the_callers_own_prefix(live_service: LiveService) -> None:
+    """LangGraph code written for its own stores (namespaces without the policy's ("user", <id>) head) runs
+    unchanged: the store puts them under the caller's own prefix and shows them without it."""
+    run = uuid.uuid4().hex[:12]
+    ns = (run, "memories")
+    with MemoryServiceStore(live_service.base_url, token=user_token(live_service, "bob")) as store:
+        store.put(ns, "coffee", {"likes": "flat white"})
+        item = store.get(ns, "coffee")
+        assert (item.namespace, item.value) == (ns, {"likes": "flat white"})
+        assert [(i.namespace, i.key) for i in store.search((run,))] == [(ns, "coffee")]
+        assert store.list_namespaces(prefix=(run,)) == [ns]
+        assert store.list_namespaces(prefix=(run,), max_depth=1) == [(run,)]
+        assert ns in store.list_namespaces(suffix=("memories",))
+        assert (run, "memories") in store.list_namespaces(prefix=(run, "*"))
+        # Three levels under the prefix (the service's default depth of 5, less 2) are the code's.
+        store.put((run, "a", "b"), "deep", {"ok": True})
+        assert store.get((run, "a", "b"), "deep").value == {"ok": True}
+        with pytest.raises(Exception) as too_deep:
+            store.put((run, "a", "b", "c"), "deeper", {"ok": False})
+        assert "namespace" in str(too_deep.value)
+        store.delete(ns, "coffee")
+        assert store.get(ns, "coffee") is None
+
+    with Client(live_service.base_url, token=user_token(live_service, "bob")) as client:
+        assert client.get_memory(("user", "bob", run, "a", "b"), "deep").value == {"ok": True}
+    with MemoryServiceStore(live_service.base_url, token=user_token(live_service, "charlie")) as other:
+        assert other.get((run, "a", "b"), "deep") is None  # charlie's own prefix: not bob's items
+        assert other.search((run,)) == []
+
+    async def scenario() -> None:
+        async with MemoryServiceStore(live_service.base_url, token=user_token(live_service, "bob")) as store:
+            await store.aput((run, "async"), "k", {"v": 1})
+            assert (await store.aget((run, "async"), "k")).namespace == (run, "async")
+
+    asyncio.run(scenario())
+
+
+def test_a_given_prefix_is_used_instead(live_service: LiveService) -> None:
+    run = uuid.uuid4().hex[:12]
+    with MemoryServiceStore(live_service.base_url, token=user_token(live_service, "bob"),
+                            namespace_prefix=("user", "bob", run)) as store:
+        store.put(("prefs",), "tea", {"likes": "green"})
+        assert store.list_namespaces() == [("prefs",)]
+    with Client(live_service.base_url, token=user_token(live_service, "bob")) as client:
+        assert client.get_memory(("user", "bob", run, "prefs"), "tea").value == {"likes": "green"}
+    with pytest.raises(TypeError):
+        MemoryServiceStore(live_service.base_url, token="t", namespace_prefix="user")

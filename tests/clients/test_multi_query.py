@@ -94,20 +94,24 @@ def test_the_client_asks_several_questions_at_once(served, sdk, django_db_blocke
 def test_the_store_searches_several_questions(served, sdk, django_db_blocker) -> None:
     ns = ("user", "bob", uuid.uuid4().hex[:12])
     put_memories(sdk, ns, django_db_blocker)
+    own = ns[2:]  # the store's default prefix is bob's ("user", "bob"): its namespaces are shown without it
     with MemoryServiceStore(served.base_url, token=user_token(served, "bob")) as store:
-        found = store.search_queries(ns, [DIET, TRAVEL], per_query_limit=2, search_type="semantic")
+        found = store.search_queries(own, [DIET, TRAVEL], per_query_limit=2, search_type="semantic")
         assert found and all(isinstance(item, MatchedSearchItem) for item in found)
+        assert all(item.namespace == own for item in found)
         assert {item.key for item in found if "diet" in item.matched_queries} == {"salad", "ramen"}
         assert {item.key for item in found if "travel" in item.matched_queries} == {"lisbon", "kyoto"}
         assert found[0].dict()["matched_queries"] == found[0].matched_queries
-        assert [item.key for item in store.search_queries(ns, ["SW8629"], search_type="fulltext", limit=1)] == [
+        assert [item.key for item in store.search_queries(own, ["SW8629"], search_type="fulltext", limit=1)] == [
             "router"
         ]
+    with MemoryServiceStore(served.base_url, token=user_token(served, "bob"), namespace_prefix=()) as store:
+        assert {item.key for item in store.search_queries(ns, [DIET], per_query_limit=2, search_type="semantic")} == {"salad", "ramen"}
 
     async def scenario() -> list:
         async with MemoryServiceStore(served.base_url, token=user_token(served, "bob")) as store:
-            return await store.asearch_queries(ns, [TRAVEL], per_query_limit=2, search_type="semantic")
+            return await store.asearch_queries(own, [TRAVEL], per_query_limit=2, search_type="semantic")
 
     found = asyncio.run(scenario())
     assert {item.key for item in found} == {"lisbon", "kyoto"}
-    assert all(item.matched_queries == ["travel"] for item in found)
+    assert all(item.matched_queries == ["travel"] and item.namespace == own for item in found)

@@ -27,14 +27,17 @@ def item(key: str, value: dict, matched: list[str] | None, score: float = 0.5) -
 
 
 class Service:
-    """A MockTransport handler answering memory searches with ``pages`` in turn (and GETs with 404), recording each
-    search body."""
+    """A MockTransport handler answering memory searches with ``pages`` in turn, /v1/me as bob (and other GETs with
+    404), recording each search body (and each /v1/me as ``{"me": True}``)."""
 
     def __init__(self, *pages: list[dict]) -> None:
         self.pages = list(pages)
         self.bodies: list[dict] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/me":
+            self.bodies.append({"me": True})
+            return httpx.Response(200, json={"userId": "bob", "clientId": None, "roles": ["user"]})
         if request.url.path != "/v1/memories/search":
             return httpx.Response(404, json={"code": "not_found", "error": "Not found.", "requestId": "r"})
         self.bodies.append(json.loads(request.content))
@@ -91,7 +94,7 @@ def test_both_clients_send_a_multi_query_search_and_read_its_items() -> None:
 def test_the_store_searches_several_questions_and_keeps_search_as_it_was() -> None:
     answer = [item("salad", {"kind": "food"}, ["what does bob eat"], 1.0), item("lisbon", {"kind": "trip"}, ["travel"])]
     service = Service(answer, [item("salad", {"kind": "food"}, None)], answer)
-    with service.client() as client, MemoryServiceStore(client=client) as store:
+    with service.client() as client, MemoryServiceStore(client=client, namespace_prefix=()) as store:
         found = store.search_queries(("user", "bob"), QUESTIONS, per_query_limit=2, search_type="auto", limit=3)
         assert all(isinstance(i, MatchedSearchItem) for i in found)
         assert [(i.key, i.score, i.matched_queries) for i in found] == [
@@ -115,18 +118,48 @@ def test_the_async_store_and_a_batch_hold_multi_query_ops() -> None:
     service = Service(answer, answer)
 
     async def scenario() -> list:
-        async with service.async_client() as client, MemoryServiceStore(async_client=client) as store:
+        async with service.async_client() as client, MemoryServiceStore(async_client=client, namespace_prefix=()) as store:
             return await store.asearch_queries(("user", "bob"), ["travel"], search_type="semantic")
 
     assert [(i.key, i.matched_queries) for i in asyncio.run(scenario())] == [("lisbon", ["travel"])]
-    with service.client() as client, MemoryServiceStore(client=client) as store:
+    with service.client() as client, MemoryServiceStore(client=client, namespace_prefix=()) as store:
         got, found = store.batch([GetOp(("user", "bob"), "missing"), MultiQuerySearchOp(("user", "bob"), ("travel",))])
         assert got is None and [i.key for i in found] == ["lisbon"]
         with pytest.raises(InvalidNamespaceError):
             store.search_queries(("user", "a.b"), ["travel"])
         with pytest.raises(TypeError):
             store.search_queries(("user", "bob"), "travel")  # type: ignore[arg-type]
-    with service.client() as client, MemoryServiceStore(client=client, index=False) as store:
+    with service.client() as client, MemoryServiceStore(client=client, index=False, namespace_prefix=()) as store:
         with pytest.raises(ValueError, match="index=False"):
             store.search_queries(("user", "bob"), ["travel"])
     assert [body["search_type"] for body in service.bodies if "search_type" in body] == ["semantic"]
+
+
+def test_multi_query_search_applies_the_store_prefix_as_search_does() -> None:
+    """The store's default namespace prefix (the caller's ("user", <id>) from /v1/me, asked once): search_queries,
+    asearch_queries and a batch's MultiQuerySearchOp send (*prefix, *namespace_prefix), exactly as search() does,
+    and show results without the prefix."""
+    answer = [item("salad", {"kind": "food"}, ["diet"]), item("lisbon", {"kind": "trip"}, ["travel"])]
+    for found in answer:
+        found["namespace"] = [*NS, "prefs"]
+    service = Service(answer, answer, answer, answer)
+    with service.client() as client, MemoryServiceStore(client=client) as store:
+        found = store.search_queries(("prefs",), ["diet", "travel"], limit=2)
+        assert [(i.namespace, i.key, i.matched_queries) for i in found] == [
+            (("prefs",), "salad", ["diet"]), (("prefs",), "lisbon", ["travel"])]
+        assert [i.dict()["namespace"] for i in found] == [["prefs"], ["prefs"]]
+        searched = store.search(("prefs",), query="coffee", limit=2)
+        assert [i.namespace for i in searched] == [("prefs",), ("prefs",)]
+        (batched,) = store.batch([MultiQuerySearchOp((), ("travel",), limit=1)])
+        assert [(i.namespace, i.key) for i in batched] == [(("prefs",), "salad")]
+
+    async def scenario() -> list:
+        async with service.async_client() as client, MemoryServiceStore(async_client=client) as store:
+            return await store.asearch_queries(("prefs",), ["travel"], limit=1)
+
+    assert [(i.namespace, i.key) for i in asyncio.run(scenario())] == [(("prefs",), "salad")]
+    prefixes = [body.get("namespace_prefix") for body in service.bodies if "me" not in body]
+    assert prefixes == [[*NS, "prefs"], [*NS, "prefs"], NS, [*NS, "prefs"]]
+    assert service.bodies[0] == {"me": True} and sum("me" in body for body in service.bodies) == 2  # once per store
+    assert [("queries" in body, "query" in body) for body in service.bodies if "me" not in body] == [
+        (True, False), (False, True), (True, False), (True, False)]

@@ -14,10 +14,14 @@ from memory_service import (
     AsyncClient,
     AuthenticationError,
     Client,
+    ConfigurationError,
+    NotFoundError,
     OAuthError,
     OAuthToken,
+    RateLimitedError,
     RetryPolicy,
     UnavailableError,
+    ValidationError,
 )
 
 from tests.clients.conftest import user_token
@@ -32,15 +36,33 @@ class Faulty(httpx.BaseTransport):
     """Answers the first ``unavailable`` requests with a 503 (the service's JSON error body) and refuses the next
     ``refused`` connections, then passes requests to the real transport. Records what was sent."""
 
-    def __init__(self, *, unavailable: int = 0, refused: int = 0, retry_after: str | None = None) -> None:
+    def __init__(
+        self, *, unavailable: int = 0, refused: int = 0, retry_after: str | None = None, rate_limited: int = 0,
+        lost_answers: int = 0, unsendable: int = 0,
+    ) -> None:
         self.inner = httpx.HTTPTransport()
         self.unavailable = unavailable
         self.refused = refused
         self.retry_after = retry_after
+        self.rate_limited = rate_limited
+        self.lost_answers = lost_answers  # requests the service does, whose answers then never arrive
+        self.unsendable = unsendable
         self.sent: list[httpx.Request] = []
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         self.sent.append(request)
+        if self.unsendable:
+            self.unsendable -= 1
+            raise httpx.UnsupportedProtocol("Request URL has an unsupported protocol (injected)")
+        if self.rate_limited:
+            self.rate_limited -= 1
+            headers = {"X-Request-ID": "fault"} | ({"Retry-After": self.retry_after} if self.retry_after else {})
+            body = {"code": "rate_limited", "error": "Too many requests.", "requestId": "fault"}
+            return httpx.Response(429, json=body, headers=headers)
+        if self.lost_answers:
+            self.lost_answers -= 1
+            self.inner.handle_request(request).read()
+            raise httpx.ReadError("connection reset while reading the answer (injected)")
         if self.unavailable:
             self.unavailable -= 1
             headers = {"X-Request-ID": "fault"} | ({"Retry-After": self.retry_after} if self.retry_after else {})
@@ -176,3 +198,92 @@ def test_async_client_retries_and_refreshes(live_service: LiveService) -> None:
             assert (await client.me()).user_id == "bob"
 
     asyncio.run(scenario())
+
+
+# --- Issue 31's client fixes --------------------------------------------------------------------------------------
+
+
+def test_a_delete_whose_answer_was_lost_reports_success(live_service: LiveService) -> None:
+    """The service deleted it, the answer never arrived, the retry finds nothing: that 404 is the success the
+    first attempt had (before: NotFoundError for a delete that worked)."""
+    transport = Faulty()
+    client = client_with(live_service, transport)
+    conversation = client.create_conversation(title="to delete")
+    client.add_membership(conversation.id, "charlie", "reader")
+    transport.lost_answers = 1
+    client.remove_membership(conversation.id, "charlie")
+    assert [m.user_id for m in client.iter_memberships(conversation.id)] == ["bob"]
+    transport.lost_answers = 1
+    client.delete_conversation(conversation.id)
+    assert [r.method for r in transport.sent[-2:]] == ["DELETE", "DELETE"]
+    with pytest.raises(NotFoundError):
+        client.get_conversation(conversation.id)
+    # Without a lost answer, a 404 is still a 404: nothing was there to delete.
+    with pytest.raises(NotFoundError):
+        client.delete_conversation(conversation.id)
+    with pytest.raises(NotFoundError):
+        client.delete_conversation(uuid.uuid4())
+
+
+def test_429_is_retried_after_retry_after_whatever_the_method(live_service: LiveService) -> None:
+    transport = Faulty(rate_limited=2, retry_after="0.2")
+    client = client_with(live_service, transport, retry=RetryPolicy(max_retries=3, backoff=0.0, max_backoff=0.01))
+    started = time.monotonic()
+    assert client.me().user_id == "bob"
+    assert time.monotonic() - started >= 0.4  # Retry-After, not the (tiny) backoff
+    assert len(transport.sent) == 3
+    transport.rate_limited = 1
+    title = f"after a 429 {uuid.uuid4().hex}"
+    created = client.create_conversation(title=title)  # a POST: the 429 says nothing was done
+    assert [c.id for c in client.list_conversations(query=title)] == [created.id]
+
+
+def test_429_retries_are_bounded(live_service: LiveService) -> None:
+    transport = Faulty(rate_limited=10, retry_after="0")
+    client = client_with(live_service, transport)
+    with pytest.raises(RateLimitedError):
+        client.me()
+    assert len(transport.sent) == 1 + FAST.max_retries
+    # A wait longer than the policy allows ends the call at once, saying how long to wait.
+    transport = Faulty(rate_limited=1, retry_after="120")
+    client = client_with(live_service, transport)
+    started = time.monotonic()
+    with pytest.raises(RateLimitedError) as caught:
+        client.me()
+    assert time.monotonic() - started < 5 and len(transport.sent) == 1
+    assert caught.value.retry_after == 120.0 and caught.value.code == "rate_limited"
+
+
+def test_configuration_errors_are_raised_at_once_and_never_retried(live_service: LiveService) -> None:
+    for base_url in ("localhost:8080", "ftp://localhost:8080", "http://", "/v1", "http://host/?x=1"):
+        with pytest.raises(ConfigurationError):
+            Client(base_url, token="t")
+    with pytest.raises(ValueError):  # a ConfigurationError is a ValueError too
+        Client("localhost:8080")
+    transport = Faulty(unsendable=5)
+    client = client_with(live_service, transport, retry=RetryPolicy(max_retries=5, backoff=0.0))
+    with pytest.raises(ConfigurationError):
+        client.me()
+    assert len(transport.sent) == 1
+
+
+def test_a_validation_error_names_its_fields(sdk) -> None:
+    client = sdk("bob")
+    conversation = client.create_conversation()
+    with pytest.raises(ValidationError) as caught:
+        client.list_entries(conversation.id, limit=0)
+    assert "limit" in caught.value.fields
+    assert "limit: must be an integer between 1 and 200" in str(caught.value)
+
+
+def test_timeouts_are_split_as_langgraph_sdk_splits_them() -> None:
+    assert Client("http://localhost:8080")._http.timeout == httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
+    assert Client("http://localhost:8080", timeout=(1, 2, 3, 4))._http.timeout == httpx.Timeout(
+        connect=1, read=2, write=3, pool=4
+    )
+    assert Client("http://localhost:8080", timeout=7)._http.timeout == httpx.Timeout(7.0)
+    given = httpx.Timeout(3.0, read=60.0)
+    assert AsyncClient("http://localhost:8080", timeout=given)._http.timeout == given
+    for bad in ((1, 2), "10", True):
+        with pytest.raises(ConfigurationError):
+            Client("http://localhost:8080", timeout=bad)

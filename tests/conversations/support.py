@@ -110,10 +110,13 @@ def start_transfer(client, conversation_id: Any, new_owner: str):
 
 
 def page(client, path: str, **params: Any) -> dict:
+    """One page of a list: the interface's envelope, plus ``beforeCursor`` on the entry lists (D11: paged both
+    ways)."""
     response = client.get(url(path, **params))
     assert response.status_code == 200, response.content
     body = response.json()
-    assert set(body) == {"data", "afterCursor"}, body
+    both_ways = path.rstrip("/").endswith("/entries")
+    assert set(body) == ({"data", "afterCursor", "beforeCursor"} if both_ways else {"data", "afterCursor"}), body
     return body
 
 

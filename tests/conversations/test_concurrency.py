@@ -251,3 +251,33 @@ def test_delete_racing_appends_ends_without_5xx_and_leaves_nothing_readable(conv
     assert owner.get(conv_path(conversation)).status_code == 404
     assert owner.get(conv_path(conversation, "entries")).status_code == 404
     assert conversation not in [c["id"] for c in owner.get(url(CONVERSATIONS, mode="all")).json()["data"]]
+
+
+def test_32_writers_with_entry_keys_then_every_list_agrees(conversation, http) -> None:
+    """32 writers append with one of two keys at once: each key's list holds exactly its entries, in commit order,
+    and walking back from the tail gives the same list as walking forward (D11)."""
+
+    def writer(index: int):
+        client = http("walt" if index % 2 else "olivia")
+        return [client.post(conv_path(conversation, "entries"),
+                            {"content": history(f"w{index}-n{n}"), "key": f"key-{index % 2}"})
+                for n in range(APPENDS_PER_CLIENT)]
+
+    responses = [r for batch in run_concurrently([lambda i=i: writer(i) for i in range(CLIENTS)]) for r in batch]
+    assert_no_5xx(responses)
+    assert statuses(responses) == [201] * (CLIENTS * APPENDS_PER_CLIENT)
+    reader = http("olivia")
+    forward = _all_entries(reader, conversation, limit=9)
+    backward: list[dict] = []
+    body = reader.get(url(conv_path(conversation, "entries"), tail="true", limit=9)).json()
+    while True:
+        backward[:0] = body["data"]
+        if body["beforeCursor"] is None:
+            break
+        body = reader.get(url(conv_path(conversation, "entries"), beforeCursor=body["beforeCursor"], limit=9)).json()
+    assert [e["id"] for e in backward] == [e["id"] for e in forward]
+    for key in ("key-0", "key-1"):
+        keyed = reader.get(url(conv_path(conversation, "entries"), key=key, limit=200)).json()["data"]
+        assert [e["id"] for e in keyed] == [e["id"] for e in forward if e.get("key") == key]
+        assert {e["id"] for e in keyed} == {r.json()["id"] for r in responses if r.json()["key"] == key}
+        assert len(keyed) == CLIENTS * APPENDS_PER_CLIENT // 2

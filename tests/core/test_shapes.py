@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from rest_framework import serializers
 
-from apps.core.shapes import Envelope, Marker, Shape, page_of
+from apps.core.shapes import Envelope, Marker, Shape, WindowEnvelope, page_of
 
 MISSING = object()  # a marker's trigger, as crypto.UNDECRYPTABLE is for the API's
 
@@ -172,6 +172,24 @@ def test_a_page_is_named_after_its_item_and_rendered_by_the_envelope() -> None:
     assert list(page._declared_fields) == ["data", "afterCursor"]
     assert page.render(data=[], afterCursor=None) == Envelope.render(data=[], afterCursor=None)
     assert Envelope.render(data=[1], afterCursor="c") == {"data": [1], "afterCursor": "c"}
+
+
+def test_a_page_read_from_either_end_adds_before_cursor() -> None:
+    """D11's entry lists: page_of(item, both_ways=True) declares beforeCursor, and WindowEnvelope (what
+    pagination.window_envelope renders with) renders the same body. One item type is paged one way or both ways,
+    never both: the two pages would be two schema components of one name."""
+
+    class Other(Shape):
+        id = serializers.UUIDField()
+
+    page = page_of(Other, both_ways=True)
+    assert page.__name__ == "OtherPage" and page_of(Other, both_ways=True) is page
+    assert list(page._declared_fields) == ["data", "afterCursor", "beforeCursor"]
+    body = page.render(data=[], afterCursor="a", beforeCursor=None)
+    assert body == WindowEnvelope.render(data=[], afterCursor="a", beforeCursor=None)
+    assert body == {"data": [], "afterCursor": "a", "beforeCursor": None}
+    with pytest.raises(TypeError, match="already paged both ways"):
+        page_of(Other)
 
 
 # --- Every shape the API serves, against /openapi.json -----------------------------------------------------------

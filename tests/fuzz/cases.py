@@ -108,7 +108,7 @@ def flatmap_case(context: Any, case: Any):
 #   (PostgreSQL text and jsonb hold none), integers within 64 bits (the policies' input), integral numbers at
 #   integer fields written as integers (OpenAPI 3.0's integer has no fraction: 5.0 is a number);
 # - a memory key of at most 1024 bytes in UTF-8 (the schema's maxLength counts 1024 characters).
-SERVER_ISSUED = frozenset({"afterCursor", "after_cursor", "forkedAtConversationId", "forkedAtEntryId", "attachmentId"})
+SERVER_ISSUED = frozenset({"afterCursor", "after_cursor", "beforeCursor", "forkedAtConversationId", "forkedAtEntryId", "attachmentId"})
 KEY_MAX_BYTES = 1024
 
 

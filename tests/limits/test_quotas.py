@@ -172,6 +172,25 @@ def test_entry_bytes_count_what_the_writer_stored_until_the_conversation_goes(cl
     assert services.usage(user)["entry_bytes"] == 0
 
 
+def test_a_keyed_append_is_charged_and_refused_as_any_append(client_for, fresh_user) -> None:
+    """An entry key (D11) rides on the append: the same entry_bytes charge (the stored content, as `limits
+    recount` counts it), the same refusal, and a refused keyed append leaves nothing its key would find."""
+    user = fresh_user("keyed")
+    client = client_for(user)
+    conversation = _create(client)
+    assert _append(client, conversation, "a" * 2000).status_code == 201
+    size = services.usage(user)["entry_bytes"]
+    assert _append(client, conversation, "b" * 2000, key="lgcp-1").status_code == 201
+    assert services.usage(user)["entry_bytes"] == 2 * size
+    call_command("limits", "recount", user, verbosity=0)
+    assert services.usage(user)["entry_bytes"] == 2 * size
+    services.set_limits(user, {"entry_bytes": 2 * size})
+    assert_quota_exceeded(_append(client, conversation, "c" * 2000, key="lgcp-2"), "entry_bytes", 2 * size, 2 * size)
+    assert client.get(f"/v1/conversations/{conversation}/entries", {"key": "lgcp-2"}).json()["data"] == []
+    assert [entry["key"] for entry in client.get(f"/v1/conversations/{conversation}/entries",
+                                                 {"key": "lgcp-1"}).json()["data"]] == ["lgcp-1"]  # fmt: skip
+
+
 def test_the_default_members_quota_stops_invented_members(client_for, fresh_user) -> None:
     """Issue 28 item 3: any user could add 2,000 invented user ids to a conversation. The default quota (the owner
     counts as a member) stops that at its limit."""

@@ -236,6 +236,76 @@ def test_answers_are_the_rest_api_s_json(live_service: LiveService) -> None:
     assert run(next_page)["data"] == [appended[1]]
 
 
+def test_list_entries_from_either_end(live_service: LiveService) -> None:
+    """D11 over MCP: tail=true is the newest page (oldest first within it), its beforeCursor passed as before_cursor
+    walks back, and every page is the body GET .../entries answers for the same cursor, beforeCursor included (the
+    tool's declared outputSchema holds it). More than one mode, or a cursor of the other direction, is the REST
+    list's 400 as a tool error naming the arguments."""
+    conversation_id = str(uuid.uuid4())
+    for n in range(5):
+        status, _ = rest(live_service, "charlie", "POST", f"/v1/conversations/{conversation_id}/entries",
+                         {"content": [{"role": "USER", "text": f"entry {n}"}]})  # fmt: skip
+        assert status == 201
+
+    def texts(page: dict) -> list[str]:
+        return [entry["content"][0]["text"] for entry in page["data"]]
+
+    async def calls():
+        async with mcp_session(live_service, "charlie") as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            newest = ok(await client.call_tool("list_entries", {"conversation_id": conversation_id, "tail": True, "limit": 2}))
+            before = ok(await client.call_tool(
+                "list_entries", {"conversation_id": conversation_id, "before_cursor": newest["beforeCursor"], "limit": 2}
+            ))
+            first = ok(await client.call_tool(
+                "list_entries", {"conversation_id": conversation_id, "before_cursor": before["beforeCursor"], "limit": 2}
+            ))
+            refusals = [
+                await client.call_tool("list_entries", {"conversation_id": conversation_id, "tail": True,
+                                                        "after_cursor": before["afterCursor"]}),
+                await client.call_tool("list_entries", {"conversation_id": conversation_id,
+                                                        "after_cursor": before["afterCursor"],
+                                                        "before_cursor": before["beforeCursor"]}),
+                await client.call_tool("list_entries", {"conversation_id": conversation_id,
+                                                        "before_cursor": before["afterCursor"]}),
+                await client.call_tool("list_entries", {"conversation_id": conversation_id,
+                                                        "after_cursor": before["beforeCursor"]}),
+            ]
+            return listed["list_entries"], newest, before, first, refusals
+
+    tool, newest, before, first, refusals = run(calls)
+    assert {"tail", "before_cursor", "after_cursor"} <= set(tool.input_schema["properties"])
+    assert tool.input_schema["properties"]["tail"]["type"] == "boolean"
+    validator = Draft202012Validator(tool.output_schema)
+    for page in (newest, before, first):
+        validator.validate(page)
+    assert "beforeCursor" in tool.output_schema["required"]
+
+    assert texts(newest) == ["entry 3", "entry 4"] and newest["afterCursor"] is None and newest["beforeCursor"]
+    assert texts(before) == ["entry 1", "entry 2"] and before["afterCursor"] and before["beforeCursor"]
+    assert texts(first) == ["entry 0"] and first["beforeCursor"] is None and first["afterCursor"]
+
+    def body(query: str) -> dict:
+        status, answer = rest(live_service, "charlie", "GET", f"/v1/conversations/{conversation_id}/entries?{query}")
+        assert status == 200, answer
+        return answer
+
+    assert newest == body("tail=true&limit=2")
+    assert before == body(urlencode({"beforeCursor": newest["beforeCursor"], "limit": 2}))
+    assert first == body(urlencode({"beforeCursor": before["beforeCursor"], "limit": 2}))
+
+    fields = [refused(result, "validation_error")["details"]["fields"] for result in refusals]
+    assert set(fields[0]) == {"tail", "after_cursor"}
+    assert set(fields[1]) == {"after_cursor", "before_cursor"}
+    assert "mutually exclusive" in fields[0]["tail"]
+    # A cursor handed in for the other direction: the REST list's 400, named as the tool's argument.
+    assert list(fields[2]) == ["before_cursor"]
+    assert list(fields[3]) == ["after_cursor"]
+    rest_status, rest_body = rest(live_service, "charlie", "GET", f"/v1/conversations/{conversation_id}/entries?"
+                                  + urlencode({"beforeCursor": before["afterCursor"]}))  # fmt: skip
+    assert rest_status == 400 and list(rest_body["details"]["fields"]) == ["beforeCursor"]
+
+
 def test_deletes_and_conversation_writes(live_service: LiveService) -> None:
     namespace = ["user", "bob", "deleting"]
 

@@ -113,15 +113,55 @@ def test_arguments_must_be_an_object() -> None:
 def test_the_tools_follow_their_rest_twins() -> None:
     """A REST body field or selector option added later reaches the tool, or this fails: search_memories takes the
     search body's serializer as its arguments and passes on what it handles (D11's `queries` is handled once the
-    body has it); list_entries passes its selector every page option (D11's `tail`, `before_cursor` join there)."""
+    body has it); list_entries passes its selector every page option: a Window of limit, after, before and tail
+    (D11), from the arguments limit, after_cursor, before_cursor and tail. The selector's ``key`` filter (the
+    checkpointer's lookup) is no tool argument: D11 names none."""
+    import dataclasses
     import inspect
 
     from apps.conversations import selectors as conversation_selectors
+    from apps.core import pagination
     from apps.memories.serializers import MemorySearchSerializer
 
     assert set(MemorySearchSerializer().fields) == tools.SEARCH_FIELDS_HANDLED
     options = set(inspect.signature(conversation_selectors.list_entries).parameters)
-    assert options == {"principal", "conversation_id", "channel", "cursor", "limit"}
+    assert options == {"principal", "conversation_id", "channel", "window", "key"}
+    assert {f.name for f in dataclasses.fields(pagination.Window)} == {"limit", "after", "before", "tail"}
+    assert set(tools.ListEntriesArguments().fields) == {
+        "conversation_id", "channel", "after_cursor", "before_cursor", "tail", "limit"
+    }
+    window = tools._entry_window({"limit": 7, "before_cursor": "b"})
+    assert window == pagination.Window(7, None, "b", False)
+    assert tools._entry_window({"tail": True}) == pagination.Window(50, None, None, True)
+    assert tools._entry_window({"after_cursor": "a", "tail": False}) == pagination.Window(50, "a", None, False)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"after_cursor": "a", "tail": True},
+        {"before_cursor": "b", "tail": True},
+        {"after_cursor": "a", "before_cursor": "b"},
+        {"after_cursor": "a", "before_cursor": "b", "tail": True},
+    ],
+)
+def test_list_entries_modes_exclude_each_other_as_over_rest(arguments) -> None:
+    """D11: at most one of after_cursor, before_cursor and tail=true; more is the REST list's 400, naming the
+    arguments given, before the conversation is looked at."""
+    with pytest.raises(errors.ApiError) as raised:
+        tools.call(BOB, tools.TOOLS["list_entries"], {"conversation_id": "8b0e3e0c-0000-4000-8000-000000000000", **arguments})
+    error = raised.value
+    assert error.status == 400 and error.code == "validation_error"
+    fields = error.details["fields"]
+    assert set(fields) == {name for name, value in arguments.items() if value}
+    assert all("mutually exclusive" in problem for problem in fields.values())
+
+
+@pytest.mark.parametrize("tail", ["true", 1, None])
+def test_list_entries_tail_is_a_json_boolean(tail) -> None:
+    with pytest.raises(errors.ApiError) as raised:
+        tools.call(BOB, tools.TOOLS["list_entries"], {"conversation_id": "8b0e3e0c-0000-4000-8000-000000000000", "tail": tail})
+    assert set(raised.value.details["fields"]) == {"tail"}
 
 
 def test_text_that_may_be_blank_admits_the_blank_string() -> None:

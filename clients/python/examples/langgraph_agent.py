@@ -4,7 +4,8 @@ It needs no LLM: the chat model is LangChain's deterministic ``FakeMessagesListC
 agent's tools, and the tools do the real work against the service:
 
 1. thread A: "Remember that my favourite city is Lisbon" -> the agent saves the fact in the store
-   (``MemoryServiceStore``, a memory under ``("user", <you>, "facts")``);
+   (``MemoryServiceStore``, a memory under ``(<you>, "facts")`` as LangGraph code writes it for any store; the
+   service keeps it under the caller's own ``("user", <you>)`` prefix, where its default policy lets you write);
 2. thread B, a new thread that shares nothing with A: "Where should I go on holiday?" -> the agent recalls the fact
    from the store;
 3. thread C: "Book me a trip there" -> the booking tool asks for approval (``interrupt``) and the run stops; a
@@ -45,7 +46,7 @@ def call(name: str, **args: Any) -> AIMessage:
 
 
 def facts_namespace(config: RunnableConfig) -> tuple[str, ...]:
-    return ("user", config["configurable"]["user_id"], "facts")
+    return (config["configurable"]["user_id"], "facts")
 
 
 def run_tools(state: MessagesState, config: RunnableConfig) -> dict[str, list[AnyMessage]]:

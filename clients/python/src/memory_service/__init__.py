@@ -11,18 +11,21 @@ plus ``iter_*`` methods that follow cursors), declared once in :mod:`memory_serv
 
 __version__ = "0.1.0"
 
-from memory_service._base import RetryPolicy
+from memory_service._base import AsyncAttachmentDownload, AttachmentDownload, RetryPolicy
 from memory_service._operations import OPERATIONS
-from memory_service.async_client import AsyncAttachmentDownload, AsyncClient, AsyncEventStream
+from memory_service._sse import AsyncEventStream, EventStream
+from memory_service.async_client import AsyncClient
 from memory_service.auth import OAuthToken, TokenSource
-from memory_service.client import AttachmentDownload, Client, EventStream
+from memory_service.client import Client
 from memory_service.errors import (
     APIConnectionError,
     APIError,
     APITimeoutError,
     AuthenticationError,
     BadRequestError,
+    ConfigurationError,
     ConflictError,
+    ConversationTakenError,
     MemoryServiceError,
     NotFoundError,
     OAuthError,
@@ -71,8 +74,10 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "Client",
+    "ConfigurationError",
     "ConflictError",
     "Conversation",
+    "ConversationTakenError",
     "DownloadUrl",
     "Entry",
     "EventStream",

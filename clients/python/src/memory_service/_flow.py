@@ -17,11 +17,12 @@ from typing import Any, Self, TypeVar
 
 from memory_service import _operations as ops
 from memory_service._base import Call, adrive, drive
+from memory_service._ids import conversation_id_for
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
 from memory_service.client import Client
-from memory_service.errors import NotFoundError
-from memory_service.models import Channel, Entry, Page
+from memory_service.errors import ConflictError, ConversationTakenError, NotFoundError, PermissionDeniedError
+from memory_service.models import Channel, Conversation, Entry, Me, Page
 
 T = TypeVar("T")
 
@@ -63,6 +64,93 @@ def conversation_entries(conversation_id: str, channel: Channel) -> Flow[list[En
     except NotFoundError:
         return None
     return entries
+
+
+_WRITERS = ("owner", "manager", "writer")
+
+
+class Threads:
+    """The conversations of the caller's threads (LangGraph thread ids, LangChain session ids), and whether the
+    caller may use them (D11: an adapter never writes into a conversation the caller does not own, unless told to
+    share). A thread id that is not a UUID maps to a conversation derived from the caller's user id
+    (:func:`~memory_service._ids.conversation_id_for`; the user id comes from ``/v1/me`` once). Before its first
+    read or write of a thread, an adapter checks that the conversation is the caller's (created by this write, or
+    owned by the caller), or, with ``allow_shared``, one the caller may read (write) through a membership; any other
+    is a :class:`~memory_service.ConversationTakenError`, and nothing is read or written. What was checked is
+    remembered for the adapter's life."""
+
+    def __init__(self, *, allow_shared: bool = False) -> None:
+        self.allow_shared = allow_shared
+        self._user_id: str | None = None
+        self._checked: dict[str, bool] = {}  # conversation id -> checked for writing (else for reading)
+
+    def user_id(self) -> Flow[str]:
+        if self._user_id is None:
+            me: Me = yield ops.me()
+            self._user_id = me.user_id
+        return self._user_id
+
+    def conversation_id(self, thread_id: str) -> Flow[str]:
+        user_id = yield from self.user_id()
+        return conversation_id_for(thread_id, user_id)
+
+    def readable(self, thread_id: str) -> Flow[str | None]:
+        """The thread's conversation, checked for reading; None when there is none (nothing written yet)."""
+        conversation_id = yield from self.conversation_id(thread_id)
+        if conversation_id in self._checked:
+            return conversation_id
+        try:
+            conversation: Conversation = yield ops.get_conversation(conversation_id)
+        except NotFoundError:
+            return None
+        except PermissionDeniedError:
+            raise self._taken(thread_id, conversation_id, None) from None
+        self._check(thread_id, conversation, write=False)
+        # What was read says whether the caller may write too: the first put after a read needs no second look.
+        writable = conversation.owner_user_id == self._user_id or conversation.access_level in _WRITERS
+        self._checked[conversation_id] = self._checked.get(conversation_id, False) or writable
+        return conversation_id
+
+    def writable(self, thread_id: str, *, title: str | None = None) -> Flow[str]:
+        """The thread's conversation, checked for writing: created now (owned by the caller, ``title``d) when
+        there is none. A deleted one is a NotFoundError: the service never reuses a deleted conversation's id."""
+        conversation_id = yield from self.conversation_id(thread_id)
+        if self._checked.get(conversation_id):
+            return conversation_id
+        try:
+            yield ops.create_conversation(id=conversation_id, title=title or None)
+        except ConflictError:
+            try:
+                conversation: Conversation = yield ops.get_conversation(conversation_id)
+            except NotFoundError as exc:
+                exc.add_note(
+                    f"thread {thread_id!r} (conversation {conversation_id}) was deleted; a deleted thread's id cannot "
+                    "hold anything again"
+                )
+                raise
+            except PermissionDeniedError:
+                raise self._taken(thread_id, conversation_id, None) from None
+            self._check(thread_id, conversation, write=True)
+        self._checked[conversation_id] = True
+        return conversation_id
+
+    def forget(self, conversation_id: str) -> None:
+        """The conversation was deleted: check afresh next time."""
+        self._checked.pop(conversation_id, None)
+
+    def mine(self, conversation: Conversation) -> bool:
+        """Whether a listed conversation is one the adapter may read (its own, or shared when allowed)."""
+        return conversation.owner_user_id == self._user_id or self.allow_shared
+
+    def _check(self, thread_id: str, conversation: Conversation, *, write: bool) -> None:
+        if conversation.owner_user_id == self._user_id:
+            return
+        if self.allow_shared and (not write or conversation.access_level in _WRITERS):
+            return
+        raise self._taken(thread_id, conversation.id, conversation.owner_user_id)
+
+    def _taken(self, thread_id: str, conversation_id: str, owner: str | None) -> ConversationTakenError:
+        return ConversationTakenError(str(thread_id), conversation_id, self._user_id or "", owner)
 
 
 def delete_conversation(conversation_id: str) -> Flow[None]:

@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import httpx
 
 from memory_service import _operations as ops
-from memory_service._base import DEFAULT_BASE_URL, DEFAULT_TIMEOUT, Call, ClientConfig, RetryPolicy
+from memory_service._base import (
+    DEFAULT_BASE_URL,
+    AsyncAttachmentDownload,
+    AttachmentDownload,
+    Call,
+    ClientConfig,
+    RetryPolicy,
+    Timeouts,
+    timeout_of,
+)
+from memory_service._sse import AsyncEventStream, EventStream
 from memory_service.auth import TokenSource
 from memory_service.models import Page
-
-if TYPE_CHECKING:
-    from memory_service.async_client import AsyncAttachmentDownload, AsyncClient, AsyncEventStream
-    from memory_service.client import AttachmentDownload, Client, EventStream
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -53,11 +59,13 @@ class Method(Generic[P, S, A]):
     @overload
     def __get__(self, client: None, owner: type) -> Callable[..., Any]: ...
 
+    # A client is told apart by its httpx client: Client is BaseClient[httpx.Client], AsyncClient
+    # BaseClient[httpx.AsyncClient] (this module knows neither: they build on it).
     @overload
-    def __get__(self, client: Client, owner: type | None = None) -> Callable[P, S]: ...
+    def __get__(self, client: BaseClient[httpx.Client], owner: type | None = None) -> Callable[P, S]: ...
 
     @overload
-    def __get__(self, client: AsyncClient, owner: type | None = None) -> Callable[P, A]: ...
+    def __get__(self, client: BaseClient[httpx.AsyncClient], owner: type | None = None) -> Callable[P, A]: ...
 
     def __get__(self, client: object, owner: type | None = None) -> Callable[..., Any]:
         # A plain function's binding: the function itself on the class, a bound method on an instance.
@@ -103,8 +111,12 @@ class BaseClient(Generic[H]):
 
     ``token``: the caller's bearer token, or a callable returning one (asked before each request, e.g. an
     :class:`~memory_service.OAuthToken`). ``api_key``: the application's ``X-API-Key`` (its client id scopes
-    ``context`` entries). Idempotent calls are retried ``max_retries`` times on 503 and connection failures
-    (``retry``: the whole policy). ``http_client``: an ``httpx`` client of your own (left open by ``close()``).
+    ``context`` entries). Idempotent calls are retried ``max_retries`` times on 503 and connection failures, any
+    call on a 429 after its ``Retry-After`` (``retry``: the whole policy); a DELETE whose answer was lost and that
+    finds nothing when sent again has succeeded. ``timeout``: seconds for all of connecting, reading, writing and
+    waiting for a pooled connection, or ``(connect, read, write, pool)``, or an ``httpx.Timeout`` (default: 5, 30,
+    30, 5). A ``base_url`` that is not an http(s) URL with a host is a :class:`~memory_service.ConfigurationError`
+    at once. ``http_client``: an ``httpx`` client of your own (left open by ``close()``; its timeouts apply).
     """
 
     def __init__(
@@ -113,7 +125,7 @@ class BaseClient(Generic[H]):
         *,
         token: TokenSource | None = None,
         api_key: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        timeout: Timeouts | None = None,
         max_retries: int = 3,
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
@@ -121,9 +133,22 @@ class BaseClient(Generic[H]):
     ) -> None:
         self._config = ClientConfig(base_url, token, api_key, retry or RetryPolicy(max_retries=max_retries), headers)
         self._owns_http = http_client is None
-        self._http: H = http_client or self._new_http(timeout)
+        self._http: H = http_client or self._new_http(timeout_of(timeout))
 
-    def _new_http(self, timeout: float | httpx.Timeout) -> H:
+    def _new_http(self, timeout: httpx.Timeout) -> H:
+        raise NotImplementedError
+
+    # How the methods are sent, supplied by Client (blocking) and AsyncClient (awaited).
+    def _run(self, call: Call[T]) -> Any:
+        raise NotImplementedError
+
+    def _paginate(self, make_call: Callable[[str | None], Call[Page[T]]], cursor: str | None = None) -> Any:
+        raise NotImplementedError
+
+    def _download(self, call: Call[None]) -> Any:
+        raise NotImplementedError
+
+    def _events(self, options: ops.EventsOptions) -> Any:
         raise NotImplementedError
 
     @property

@@ -124,7 +124,7 @@ def _model(from_json: Callable[[Any], M]) -> Callable[[httpx.Response], M]:
 def _page(from_json: Callable[[Any], M], items: str = "data", cursor: str = "afterCursor") -> Callable[[httpx.Response], Page[M]]:
     def parse(response: httpx.Response) -> Page[M]:
         body = response.json()
-        return Page([from_json(item) for item in body[items]], body.get(cursor))
+        return Page([from_json(item) for item in body[items]], body.get(cursor), body.get("beforeCursor"))
 
     return parse
 
@@ -361,11 +361,24 @@ def delete_conversation(conversation_id: Id) -> Call[None]:
     return Call("DELETE", _conversation_path(conversation_id), _none, idempotent=True)
 
 
+def _entry_window(
+    channel: Channel | None, limit: int | None, after_cursor: str | None, before_cursor: str | None, tail: bool,
+    key: str | None,
+) -> list[tuple[str, str]]:
+    if sum((after_cursor is not None, before_cursor is not None, tail)) > 1:
+        raise ValueError("after_cursor, before_cursor and tail=True exclude each other")
+    return _query(channel=channel, limit=limit, afterCursor=after_cursor, beforeCursor=before_cursor,
+                  tail=True if tail else None, key=key)
+
+
 def list_entries(
     conversation_id: Id, *, channel: Channel | None = None, limit: int | None = None, after_cursor: str | None = None,
+    before_cursor: str | None = None, tail: bool = False, key: str | None = None,
 ) -> Call[Page[Entry]]:
-    """Entries oldest first (a fork includes its parent's entries before the fork point)."""
-    params = _query(channel=channel, limit=limit, afterCursor=after_cursor)
+    """A page of entries, oldest first (a fork includes its parent's entries before the fork point): the first
+    page, the one after ``after_cursor``, the one before ``before_cursor`` (a page's ``before_cursor``), or the
+    newest (``tail=True``); at most one of the three. ``key``: only the entries appended with that key."""
+    params = _entry_window(channel, limit, after_cursor, before_cursor, tail, key)
     return Call("GET", _conversation_path(conversation_id, "entries"), _page(Entry.from_json), params=params,
                 idempotent=True)
 
@@ -373,18 +386,19 @@ def list_entries(
 def append_entry(
     conversation_id: Id, content: Sequence[Mapping[str, Any]], *, channel: Channel | None = None,
     content_type: str | None = None, indexed_content: str | None = None,
-    forked_at_conversation_id: Id | None = None, forked_at_entry_id: Id | None = None,
+    forked_at_conversation_id: Id | None = None, forked_at_entry_id: Id | None = None, key: str | None = None,
 ) -> Call[Entry]:
     """Append an entry; an unknown ``conversation_id`` creates the conversation (or, with the fork point, a fork).
     History items need ``role`` (``USER``/``AI``); every other field is kept as sent. ``context`` entries need an
-    API key and are visible to that key's client only."""
+    API key and are visible to that key's client only. ``key``: a lookup key of your choice (1-256 printable
+    ASCII, no spaces; plaintext, several entries may share it) for ``list_entries(key=...)``."""
     if isinstance(content, Mapping):
         raise TypeError("content is a list of items, e.g. [{'role': 'USER', 'text': 'hi'}]")
     body = _body(
         channel=channel, contentType=content_type, content=[dict(item) for item in content],
         indexedContent=indexed_content,
         forkedAtConversationId=None if forked_at_conversation_id is None else str(forked_at_conversation_id),
-        forkedAtEntryId=None if forked_at_entry_id is None else str(forked_at_entry_id),
+        forkedAtEntryId=None if forked_at_entry_id is None else str(forked_at_entry_id), key=key,
     )
     return Call("POST", _conversation_path(conversation_id, "entries"), _model(Entry.from_json), json=body)
 
@@ -577,8 +591,10 @@ def admin_get_conversation(conversation_id: Id) -> Call[AdminConversation]:
 
 def admin_list_entries(
     conversation_id: Id, *, channel: Channel | None = None, limit: int | None = None, after_cursor: str | None = None,
+    before_cursor: str | None = None, tail: bool = False, key: str | None = None,
 ) -> Call[Page[Entry]]:
-    params = _query(channel=channel, limit=limit, afterCursor=after_cursor)
+    """Any conversation's entries, every channel of every client, paged as :func:`list_entries`."""
+    params = _entry_window(channel, limit, after_cursor, before_cursor, tail, key)
     return Call("GET", _admin_path(conversation_id, "entries"), _page(Entry.from_json), params=params, idempotent=True)
 
 

@@ -4,20 +4,20 @@ awaited (``iter_*`` and ``events()`` are async iterators); this module supplies 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import httpx
 
 from memory_service import _base
 from memory_service import _operations as ops
+from memory_service._base import AsyncAttachmentDownload
 from memory_service._methods import BaseClient
-from memory_service._sse import BaseEventStream
+from memory_service._sse import AsyncEventStream
 from memory_service.auth import resolve_token_async
-from memory_service.errors import APIConnectionError, UnavailableError
-from memory_service.models import Page, StreamEvent
+from memory_service.models import Page
+
+__all__ = ["AsyncAttachmentDownload", "AsyncClient", "AsyncEventStream"]
 
 T = TypeVar("T")
 
@@ -27,7 +27,7 @@ class AsyncClient(BaseClient[httpx.AsyncClient]):
     parameters: :class:`~memory_service._methods.BaseClient`; ``token`` may also be a coroutine function).
     ``aclose()`` it (or use ``async with``) to release its connections."""
 
-    def _new_http(self, timeout: float | httpx.Timeout) -> httpx.AsyncClient:
+    def _new_http(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
         return httpx.AsyncClient(timeout=timeout)
 
     async def aclose(self) -> None:
@@ -84,103 +84,4 @@ class AsyncClient(BaseClient[httpx.AsyncClient]):
         return AsyncAttachmentDownload(await self._send(call, stream=True))
 
     def _events(self, options: ops.EventsOptions) -> AsyncEventStream:
-        return AsyncEventStream(self, options)
-
-
-class AsyncAttachmentDownload(_base.DownloadInfo):
-    """A streamed download (or a 304 when ``if_none_match`` matched). ``aclose()`` it, or use ``async with``."""
-
-    async def iter_bytes(self, chunk_size: int | None = 64 * 1024) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.aiter_bytes(chunk_size):
-                yield chunk
-        except httpx.TransportError as exc:
-            raise _base.connection_error(exc) from exc
-
-    async def read(self) -> bytes:
-        return b"".join([chunk async for chunk in self.iter_bytes()])
-
-    async def save(self, path: str | Path) -> int:
-        """Write the file to ``path``; answers the number of bytes written."""
-        with Path(path).open("wb") as out:
-            return sum([out.write(chunk) async for chunk in self.iter_bytes()])
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-    async def __aenter__(self) -> AsyncAttachmentDownload:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-
-class AsyncEventStream(BaseEventStream[AsyncClient], AsyncIterator[StreamEvent]):
-    """Async iterator over the live event stream; see :meth:`AsyncClient.events`. ``async with`` connects it on
-    entry (everything that happens from then on is delivered); plain ``async for`` connects on the first step."""
-
-    def __init__(self, client: AsyncClient, options: ops.EventsOptions) -> None:
-        super().__init__(client, client._config.retry, options)
-        self._closed = asyncio.Event()
-        self._events = self._run()
-
-    async def connect(self) -> None:
-        """Open the connection now, if it is not open; errors such as a 401 are raised here."""
-        if self._response is None:
-            self._response = await self._client._send(self._request(), stream=True, timeout=self._timeout)
-
-    def __aiter__(self) -> AsyncEventStream:
-        return self
-
-    async def __anext__(self) -> StreamEvent:
-        return await self._events.__anext__()
-
-    async def aclose(self) -> None:
-        """Stop: the iteration ends."""
-        self._closed.set()
-        response = self._response
-        if response is not None:
-            await response.aclose()
-        with contextlib.suppress(RuntimeError):  # being iterated by another task right now: it ends by itself
-            await self._events.aclose()
-
-    async def __aenter__(self) -> AsyncEventStream:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def _wait_closed(self, seconds: float) -> bool:
-        try:
-            await asyncio.wait_for(self._closed.wait(), seconds)
-        except TimeoutError:
-            return False
-        return True
-
-    async def _run(self) -> AsyncGenerator[StreamEvent, None]:
-        while not self._closed.is_set():
-            delay = self._delay()
-            if delay and await self._wait_closed(delay):
-                return
-            try:
-                await self.connect()
-            except (APIConnectionError, UnavailableError) as exc:
-                self._connect_failed(exc)
-                continue
-            response = self._response
-            assert response is not None
-            try:
-                async for line in response.aiter_lines():
-                    event = self._feed(line)
-                    if event is not None:
-                        yield event
-                        if event.is_evicted:
-                            break
-            except (httpx.TransportError, httpx.StreamError):
-                pass  # dropped, or closed by aclose(): reconnect below, or stop
-            finally:
-                self._response = None
-                await response.aclose()
-            if not self._again(self._closed.is_set()):
-                return
+        return AsyncEventStream(self, self._config.retry, options)

@@ -3,23 +3,21 @@
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
-from collections.abc import Callable, Generator, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
 
 from memory_service import _base
 from memory_service import _operations as ops
+from memory_service._base import AttachmentDownload
 from memory_service._methods import BaseClient
-from memory_service._sse import BaseEventStream
+from memory_service._sse import EventStream
 from memory_service.auth import resolve_token
-from memory_service.errors import APIConnectionError, UnavailableError
-from memory_service.models import Page, StreamEvent
+from memory_service.models import Page
+
+__all__ = ["AttachmentDownload", "Client", "EventStream"]
 
 T = TypeVar("T")
 
@@ -28,7 +26,7 @@ class Client(BaseClient[httpx.Client]):
     """A client of one Memory Service (its parameters: :class:`~memory_service._methods.BaseClient`). Thread-safe;
     close it (or use ``with``) to release its connections."""
 
-    def _new_http(self, timeout: float | httpx.Timeout) -> httpx.Client:
+    def _new_http(self, timeout: httpx.Timeout) -> httpx.Client:
         return httpx.Client(timeout=timeout)
 
     def close(self) -> None:
@@ -84,102 +82,6 @@ class Client(BaseClient[httpx.Client]):
         return AttachmentDownload(self._send(call, stream=True))
 
     def _events(self, options: ops.EventsOptions) -> EventStream:
-        stream = EventStream(self, options)
+        stream = EventStream(self, self._config.retry, options)
         stream.connect()
         return stream
-
-
-class AttachmentDownload(_base.DownloadInfo):
-    """A streamed download (or a 304 when ``if_none_match`` matched). Close it, or use it as a context manager."""
-
-    def iter_bytes(self, chunk_size: int | None = 64 * 1024) -> Iterator[bytes]:
-        try:
-            yield from self._response.iter_bytes(chunk_size)
-        except httpx.TransportError as exc:
-            raise _base.connection_error(exc) from exc
-
-    def read(self) -> bytes:
-        return b"".join(self.iter_bytes())
-
-    def save(self, path: str | Path) -> int:
-        """Write the file to ``path``; answers the number of bytes written."""
-        with Path(path).open("wb") as out:
-            return sum(out.write(chunk) for chunk in self.iter_bytes())
-
-    def close(self) -> None:
-        self._response.close()
-
-    def __enter__(self) -> AttachmentDownload:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-class EventStream(BaseEventStream[Client], Iterator[StreamEvent]):
-    """Iterator over the live event stream; see :meth:`Client.events`. It is connected when ``events()`` returns:
-    everything that happens from then on is delivered."""
-
-    def __init__(self, client: Client, options: ops.EventsOptions) -> None:
-        super().__init__(client, client._config.retry, options)
-        self._closed = threading.Event()
-        self._events = self._run()
-
-    def connect(self) -> None:
-        """Open the connection now, if it is not open (``events()`` does); errors such as a 401 are raised here."""
-        if self._response is None:
-            self._response = self._client._send(self._request(), stream=True, timeout=self._timeout)
-
-    def __iter__(self) -> EventStream:
-        return self
-
-    def __next__(self) -> StreamEvent:
-        return next(self._events)
-
-    def close(self) -> None:
-        """Stop (from any thread): the iteration ends."""
-        self._closed.set()
-        response = self._response
-        if response is not None:
-            # Closing a socket does not wake a thread blocked reading it; shutting it down does.
-            network_stream = response.extensions.get("network_stream")
-            sock = network_stream.get_extra_info("socket") if network_stream is not None else None
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            response.close()
-        with contextlib.suppress(ValueError):  # being iterated by another thread right now: it ends by itself
-            self._events.close()
-
-    def __enter__(self) -> EventStream:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _run(self) -> Generator[StreamEvent, None, None]:
-        while not self._closed.is_set():
-            delay = self._delay()
-            if delay and self._closed.wait(delay):
-                return
-            try:
-                self.connect()
-            except (APIConnectionError, UnavailableError) as exc:
-                self._connect_failed(exc)
-                continue
-            response = self._response
-            assert response is not None
-            try:
-                for line in response.iter_lines():
-                    event = self._feed(line)
-                    if event is not None:
-                        yield event
-                        if event.is_evicted:
-                            break
-            except (httpx.TransportError, httpx.StreamError):
-                pass  # dropped, or closed by close(): reconnect below, or stop
-            finally:
-                response.close()
-                self._response = None
-            if not self._again(self._closed.is_set()):
-                return

@@ -17,6 +17,29 @@ class MemoryServiceError(Exception):
     """Base class of every exception this package raises."""
 
 
+class ConfigurationError(MemoryServiceError, ValueError):
+    """The client is set up wrong (a base URL without http:// or https://, a malformed timeout): raised at once,
+    never retried."""
+
+
+class ConversationTakenError(MemoryServiceError):
+    """A thread's (or chat session's) conversation exists and is not the caller's: another user created it (a
+    derived id is predictable) or shared it with the caller. The adapters neither read nor write it unless told
+    to use shared conversations (``allow_shared=True``)."""
+
+    def __init__(self, thread_id: str, conversation_id: str, user_id: str, owner_user_id: str | None) -> None:
+        whose = f"belongs to {owner_user_id!r}" if owner_user_id else "belongs to another user (you cannot see it)"
+        super().__init__(
+            f"thread {thread_id!r} maps to conversation {conversation_id}, which {whose}, not to you ({user_id!r}): "
+            "refusing to use it. Use another thread id, or pass allow_shared=True to use a conversation shared "
+            "with you."
+        )
+        self.thread_id = thread_id
+        self.conversation_id = conversation_id
+        self.user_id = user_id
+        self.owner_user_id = owner_user_id
+
+
 class APIConnectionError(MemoryServiceError):
     """The service could not be reached, or the connection broke, after the retries the call was allowed."""
 
@@ -49,7 +72,6 @@ class APIError(MemoryServiceError):
         reason: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(f"{status} {code}: {message}" + (f" (request {request_id})" if request_id else ""))
         self.status = status
         self.code = code
         self.message = message
@@ -57,6 +79,12 @@ class APIError(MemoryServiceError):
         self.details: dict[str, Any] = dict(details or {})
         self.reason = reason
         self.headers: dict[str, str] = dict(headers or {})
+        text = f"{status} {code}: {message}"
+        if self.fields:  # which fields, and what is wrong with each: the part of a 400 a caller acts on
+            text += " [" + "; ".join(f"{name}: {problem}" for name, problem in self.fields.items()) + "]"
+        if reason:
+            text += f" (reason: {reason})"
+        super().__init__(text + (f" (request {request_id})" if request_id else ""))
 
     @property
     def fields(self) -> dict[str, str]:
@@ -93,7 +121,17 @@ class PayloadTooLargeError(APIError):
 
 
 class RateLimitedError(APIError):
-    """429."""
+    """429: over the caller's request rate. Retried after ``Retry-After`` first (RetryPolicy), unless the wait
+    asked for is longer than the policy allows."""
+
+    @property
+    def retry_after(self) -> float | None:
+        """The seconds the service asked to wait (its ``Retry-After``), if it said."""
+        value = {k.lower(): v for k, v in self.headers.items()}.get("retry-after")
+        try:
+            return max(0.0, float(value)) if value is not None else None
+        except ValueError:
+            return None
 
 
 class ServerError(APIError):

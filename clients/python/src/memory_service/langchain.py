@@ -17,7 +17,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from memory_service import _operations as ops
-from memory_service._flow import Clients, Flow, UsesClients, arun, conversation_entries, delete_conversation, run
+from memory_service._flow import (
+    Clients,
+    Flow,
+    Threads,
+    UsesClients,
+    arun,
+    conversation_entries,
+    delete_conversation,
+    run,
+)
 from memory_service._ids import conversation_id_for
 from memory_service.async_client import AsyncClient
 from memory_service.auth import TokenSource
@@ -25,6 +34,7 @@ from memory_service.client import Client
 
 # The contentType of the entries this history writes (D10: "history/<flavour>"); it reads every history entry.
 CONTENT_TYPE = "history/langchain"
+TITLE_CHARS = 40  # the service's title from an entry's first text
 
 
 class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
@@ -35,8 +45,11 @@ class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
     >>> history.messages
 
     ``session_id`` names the conversation (:func:`~memory_service.langgraph.conversation_id_for`: the id itself
-    when it is a UUID, else a uuid5 of it; the same conversation a LangGraph checkpointer uses for that thread
-    id). The first message creates it, owned by the token's user; members it is shared with read the same history.
+    when it is a UUID, else derived from the caller's user id and it; the same conversation a LangGraph
+    checkpointer of the same user uses for that thread id). The first message creates it, owned by the token's
+    user, titled from its text. A conversation that exists but is not the caller's (another user created it first,
+    or shared it) is a :class:`~memory_service.ConversationTakenError`: the history neither reads nor writes it
+    unless ``allow_shared=True`` (then members it is shared with read and, as writers, add to the same history).
 
     Each message is one content item: ``role`` (``USER`` for a human message, ``AI`` for every other kind, the
     service knowing no other roles), ``text`` (what the service searches and titles conversations by; left out for
@@ -60,12 +73,18 @@ class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
         api_key: str | None = None,
         client: Client | None = None,
         async_client: AsyncClient | None = None,
+        allow_shared: bool = False,
         **client_kwargs: Any,
     ) -> None:
         super().__init__()
         self._clients = Clients(client, async_client, base_url, token=token, api_key=api_key, **client_kwargs)
         self.session_id = session_id
-        self.conversation_id = conversation_id_for(session_id)
+        self._threads = Threads(allow_shared=allow_shared)
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation holding the session (asks the service who the caller is, once)."""
+        return run(self._clients.sync, self._threads.conversation_id(self.session_id))
 
     # --- BaseChatMessageHistory -----------------------------------------------------------------------------------
 
@@ -83,18 +102,30 @@ class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
         await arun(self._clients.async_, self._append(messages))
 
     def clear(self) -> None:
-        run(self._clients.sync, delete_conversation(self.conversation_id))
+        run(self._clients.sync, self._clear())
 
     async def aclear(self) -> None:
-        await arun(self._clients.async_, delete_conversation(self.conversation_id))
+        await arun(self._clients.async_, self._clear())
 
     # --- Flows ----------------------------------------------------------------------------------------------------
 
     def _read(self) -> Flow[list[BaseMessage]]:
-        entries = yield from conversation_entries(self.conversation_id, "history")
+        conversation_id = yield from self._threads.readable(self.session_id)
+        if conversation_id is None:
+            return []
+        entries = yield from conversation_entries(conversation_id, "history")
         return [_message(item) for entry in entries or () for item in entry.content]
 
+    def _clear(self) -> Flow[None]:
+        conversation_id = yield from self._threads.readable(self.session_id)
+        if conversation_id is not None:
+            yield from delete_conversation(conversation_id)
+            self._threads.forget(conversation_id)
+        return None
+
     def _append(self, messages: Sequence[BaseMessage]) -> Flow[None]:
+        if not messages:
+            return None
         runs: list[list[dict[str, Any]]] = []
         for message in messages:
             item = _item(message)
@@ -102,8 +133,11 @@ class MemoryServiceChatMessageHistory(BaseChatMessageHistory, UsesClients):
                 runs[-1].append(item)
             else:
                 runs.append([item])
+        # Titled as the service titles a conversation an append creates: the first text of its first entry.
+        title = next((item["text"] for item in runs[0] if item.get("text")), "")[:TITLE_CHARS]
+        conversation_id = yield from self._threads.writable(self.session_id, title=title)
         for content in runs:
-            yield ops.append_entry(self.conversation_id, content, channel="history", content_type=CONTENT_TYPE)
+            yield ops.append_entry(conversation_id, content, channel="history", content_type=CONTENT_TYPE)
         return None
 
 

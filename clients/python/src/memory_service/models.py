@@ -127,10 +127,12 @@ Filter = Mapping[str, Any]
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
     """One page of a cursor-paginated list. ``after_cursor`` is None on the last page; the ``iter_*`` methods of
-    the clients follow it for you."""
+    the clients follow it for you. Entry lists are paged both ways: ``before_cursor`` is the page before this one
+    (None on the first page; always None on other lists)."""
 
     data: list[T]
     after_cursor: str | None
+    before_cursor: str | None = None
 
     def __iter__(self) -> Iterator[T]:
         return iter(self.data)
@@ -280,6 +282,7 @@ class Entry(Model):
     content_type: str
     content: list[dict[str, Any]]
     created_at: datetime
+    key: str | None = None  # the lookup key it was appended with
 
 
 @dataclass(frozen=True, slots=True)

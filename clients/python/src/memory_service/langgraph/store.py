@@ -33,7 +33,7 @@ from memory_service.auth import TokenSource
 from memory_service.client import Client
 from memory_service.errors import NotFoundError
 from memory_service.langgraph import _filters
-from memory_service.models import Memory, MemorySearchItem, Namespace, SearchQuery, SearchType
+from memory_service.models import Me, Memory, MemorySearchItem, Namespace, SearchQuery, SearchType
 
 # The service's page size for memory search (its maximum `limit`).
 SEARCH_PAGE = 100
@@ -86,12 +86,16 @@ class MemoryServiceStore(BaseStore, UsesClients):
     """A LangGraph ``BaseStore`` whose items are Memory Service memories, with sync and async methods.
 
     >>> store = MemoryServiceStore("http://localhost:8080", token=OAuthToken.dev_idp("http://localhost:8080", "bob"))
-    >>> store.put(("user", "bob", "prefs"), "coffee", {"likes": "flat white"})
-    >>> store.search(("user", "bob"), query="what does bob drink?")
+    >>> store.put(("prefs",), "coffee", {"likes": "flat white"})
+    >>> store.search((), query="what does bob drink?")
 
-    An item is the memory at ``(namespace, key)``; its value is the memory's value, as sent. What the service
-    decides stays the service's: which namespaces a caller may touch (its policies; the default lets a user write
-    under ``("user", <user id>, ...)`` only), the maximum namespace depth (5 by default), encryption at rest.
+    An item is the memory at ``(namespace_prefix + namespace, key)``; its value is the memory's value, as sent.
+    ``namespace_prefix`` defaults to the caller's own ``("user", <user id>)`` (asked of ``/v1/me`` once), where the
+    service's default policy lets a user write, so LangGraph code written for its own stores (``("memories",)``,
+    ``(user_id, "prefs")``) runs unchanged; items, search results and ``list_namespaces`` show namespaces without
+    it. ``namespace_prefix=()`` addresses the service's namespaces as they are. What the service decides stays the
+    service's: which namespaces a caller may touch (its policies), the maximum namespace depth (5 by default: 3
+    levels under the default prefix), encryption at rest.
 
     - ``batch``/``abatch`` run their reads concurrently (a thread pool of ``max_concurrency``, or ``asyncio.gather``
       bounded by it), then their writes, results in op order; of several puts to one key in a batch the last wins
@@ -137,9 +141,13 @@ class MemoryServiceStore(BaseStore, UsesClients):
         index: StoreIndexConfig | Literal[False] | None = None,
         ttl: TTLConfig | None = None,
         max_concurrency: int = 16,
+        namespace_prefix: Sequence[str] | None = None,
         **client_kwargs: Any,
     ) -> None:
         self._clients = Clients(client, async_client, base_url, token=token, api_key=api_key, **client_kwargs)
+        if isinstance(namespace_prefix, str):
+            raise TypeError("namespace_prefix is a sequence of strings (e.g. ('user', 'bob')), not one string")
+        self._namespace_prefix: Namespace | None = None if namespace_prefix is None else tuple(namespace_prefix)
         if index is False:
             self._fields: list[tuple[str, Any]] | None = None
         else:
@@ -269,26 +277,37 @@ class MemoryServiceStore(BaseStore, UsesClients):
 
     # --- Operations (flows: see memory_service._flow) -------------------------------------------------------------
 
+    def _prefix(self) -> Flow[Namespace]:
+        """The namespace prefix of every item: given, or ("user", <the caller's user id>) from /v1/me, once."""
+        if self._namespace_prefix is None:
+            me: Me = yield ops.me()
+            self._namespace_prefix = ("user", me.user_id)
+        return self._namespace_prefix
+
     def _get(self, op: GetOp) -> Flow[Item | None]:
+        prefix = yield from self._prefix()
         try:
-            memory: Memory = yield ops.get_memory(op.namespace, op.key)
+            memory: Memory = yield ops.get_memory((*prefix, *op.namespace), op.key)
         except NotFoundError:
             return None
         if op.refresh_ttl:
             yield from self._refresh(memory)
-        return _item(memory)
+        return _item(memory, prefix)
 
     def _put(self, op: PutOp) -> Flow[None]:
+        prefix = yield from self._prefix()
+        namespace = (*prefix, *op.namespace)
         if op.value is None:
-            yield ops.delete_memory(op.namespace, op.key)
+            yield ops.delete_memory(namespace, op.key)
             return None
         value = dict(op.value)
         yield ops.put_memory(
-            op.namespace, op.key, value, index=self._index(value, op.index), ttl_seconds=_ttl_seconds(op.ttl)
+            namespace, op.key, value, index=self._index(value, op.index), ttl_seconds=_ttl_seconds(op.ttl)
         )
         return None
 
     def _search(self, op: SearchOp | MultiQuerySearchOp) -> Flow[list[SearchItem]]:
+        prefix = yield from self._prefix()
         ranking = _ranking(op) if self._fields is not None else {}
         wanted = max(op.limit, 0)
         found: list[MemorySearchItem] = []
@@ -302,7 +321,7 @@ class MemoryServiceStore(BaseStore, UsesClients):
         while offset <= ops.MEMORY_SEARCH_MAX_OFFSET:
             page_size = SEARCH_PAGE if filtering else min(SEARCH_PAGE, wanted - len(found))
             page: list[MemorySearchItem] = yield ops.search_memories(
-                op.namespace_prefix, **ranking, limit=page_size, offset=offset
+                (*prefix, *op.namespace_prefix), **ranking, limit=page_size, offset=offset
             )
             for memory in page:
                 if not _filters.matches(memory.value, op.filter):
@@ -323,9 +342,10 @@ class MemoryServiceStore(BaseStore, UsesClients):
                 except NotFoundError:
                     continue
                 yield from self._refresh(current)
-        return [_search_item(memory, memory.namespace) for memory in found]
+        return [_search_item(memory, _strip(memory.namespace, prefix)) for memory in found]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Flow[list[tuple[str, ...]]]:
+        store_prefix = yield from self._prefix()
         conditions = list(op.match_conditions or ())
         prefixes = [c.path for c in conditions if c.match_type == "prefix" and c.path]
         suffixes = [c.path for c in conditions if c.match_type == "suffix" and c.path]
@@ -336,13 +356,19 @@ class MemoryServiceStore(BaseStore, UsesClients):
         # question (no wildcard, at most one of each), the service can truncate to max_depth too.
         prefix = _filters.literal_head(prefixes[0]) if prefixes else []
         suffix = _filters.literal_tail(suffixes[0]) if suffixes else []
+        # Under a store prefix, a suffix as long as a namespace would also match the prefix's labels: checked here.
         exact = (
             len(prefixes) <= 1 and len(suffixes) <= 1
             and all("*" not in path for path in (*prefixes, *suffixes))
+            and not (store_prefix and suffixes)
         )
-        namespaces: list[Namespace] = yield ops.list_namespaces(
-            prefix=prefix or None, suffix=suffix or None, max_depth=op.max_depth if exact else None
+        full_prefix = [*store_prefix, *prefix]
+        full_depth = None if op.max_depth is None or not exact else len(store_prefix) + op.max_depth
+        listed: list[Namespace] = yield ops.list_namespaces(
+            prefix=full_prefix or None, suffix=suffix or None, max_depth=full_depth
         )
+        namespaces = [_strip(ns, store_prefix) for ns in listed]
+        namespaces = [ns for ns in namespaces if ns]  # the prefix itself holds no item of the store's
         if not exact:
             namespaces = [
                 ns for ns in namespaces
@@ -380,9 +406,9 @@ class MemoryServiceStore(BaseStore, UsesClients):
         return index or None
 
 
-def _item(memory: Memory) -> Item:
+def _item(memory: Memory, prefix: Namespace) -> Item:
     return Item(
-        value=memory.value, key=memory.key, namespace=memory.namespace, created_at=memory.created_at,
+        value=memory.value, key=memory.key, namespace=_strip(memory.namespace, prefix), created_at=memory.created_at,
         updated_at=memory.created_at,
     )
 
@@ -395,12 +421,17 @@ def _ranking(op: SearchOp | MultiQuerySearchOp) -> dict[str, Any]:
 
 
 def _search_item(memory: MemorySearchItem, namespace: Namespace) -> SearchItem:
-    """The store's item of a search result (``namespace`` as the store shows it)."""
+    """The store's item of a search result (``namespace`` as the store shows it: without the store's prefix)."""
     if memory.matched_queries is not None:
         return MatchedSearchItem(namespace, memory.key, memory.value, memory.created_at, memory.created_at,
                                  memory.score, memory.matched_queries)
     return SearchItem(namespace=namespace, key=memory.key, value=memory.value, created_at=memory.created_at,
                       updated_at=memory.created_at, score=memory.score)
+
+
+def _strip(namespace: Namespace, prefix: Namespace) -> Namespace:
+    """A service namespace as the store shows it: without the store's prefix (every item's starts with it)."""
+    return tuple(namespace[len(prefix):]) if tuple(namespace[: len(prefix)]) == tuple(prefix) else tuple(namespace)
 
 
 def _ttl_seconds(ttl: float | None) -> int | None:
