@@ -30,7 +30,7 @@ from pathlib import Path
 
 import _harness as h
 
-from apps.core.crypto import STREAM_CHUNK_BYTES  # _harness put the repository on sys.path
+from apps.encryption.crypto import STREAM_CHUNK_BYTES  # _harness put the repository on sys.path
 
 DB_NAME = "memory_service_bench_attachments"
 MB = 1_000_000

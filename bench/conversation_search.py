@@ -88,7 +88,7 @@ def load(database_url: str, size: int, sentences: list[str], centroids: Any, mod
     import psycopg
 
     from apps.conversations import selectors
-    from apps.core import crypto
+    from apps.encryption import crypto
 
     rng = np.random.default_rng(seed)
     vectors, primary, secondary = sem.make_vectors(centroids, size, sem.NOISE_SIGMA, rng)

@@ -98,9 +98,9 @@ class Data:
 def load(args: argparse.Namespace, database_url: str) -> Data:
     """COPY the data set in: conversations spread over the users, each with its owner and EXTRA_MEMBERS other
     members (so every user is a member of ~(1 + EXTRA_MEMBERS) x conversations/users trees), entries encrypted
-    exactly as the service encrypts them (apps.core.crypto, AAD bound to the row)."""
+    exactly as the service encrypts them (apps.encryption.crypto, AAD bound to the row)."""
     from apps.conversations import selectors
-    from apps.core import crypto
+    from apps.encryption import crypto
 
     rng = random.Random(args.seed)
     users = [USER] + [f"user{i:03d}" for i in range(1, args.users)]

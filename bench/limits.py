@@ -136,7 +136,7 @@ def paired(label: str, workers: dict[str, Any], requests: int) -> dict[str, h.Ru
 
 
 def floor_rounds(args: argparse.Namespace, database_url: str, out: Latencies) -> None:
-    from apps.core import crypto
+    from apps.encryption import crypto
     from apps.memories import services
 
     def put(charged: bool) -> Callable[[Any, int], None]:

@@ -51,7 +51,7 @@ WORDS = (
     "travel kyoto coffee morning standup release notes customer feedback latency database index vector search "
     "policy token window summary follow up schedule friday quarterly roadmap draft email tone formal casual"
 ).split()
-ENVELOPE_OVERHEAD = 46  # bytes apps.core.crypto adds around a value (header, nonce, tag): floor ciphertext size
+ENVELOPE_OVERHEAD = 46  # bytes apps.encryption.crypto adds around a value (header, nonce, tag): floor ciphertext size
 
 
 # --- Arguments ----------------------------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def bulk_insert_targets(
     DATA_DIR), so the rows stay valid for anything that reads them; the floor's own rows get random bytes."""
     from psycopg.types.json import Jsonb
 
-    from apps.core import crypto
+    from apps.encryption import crypto
     from apps.memories import services
 
     now = datetime.now(UTC)

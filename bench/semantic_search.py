@@ -346,7 +346,7 @@ def load_memories(database_url: str, data: DataSet, model: str) -> float:
     from pgvector.psycopg import register_vector
     from psycopg.types.json import Jsonb
 
-    from apps.core import crypto
+    from apps.encryption import crypto
     from apps.memories import services
 
     started = time.monotonic()
@@ -1061,7 +1061,7 @@ def measure_indexer(database_url: str, count: int, sentences: list[str], local: 
     from django.conf import settings
     from psycopg.types.json import Jsonb
 
-    from apps.core import crypto
+    from apps.encryption import crypto
     from apps.memories import indexer, services
 
     rng = np.random.default_rng(seed)

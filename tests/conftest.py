@@ -327,11 +327,11 @@ def live_service(django_db_setup, django_db_blocker) -> Iterator[LiveService]:
 
 @pytest.fixture
 def own_key_rings(db) -> Iterator[None]:
-    """Only this test's key rings are live (apps.core.key_rings): the rings the session's live servers and workers
+    """Only this test's key rings are live (apps.encryption.key_rings): the rings the session's live servers and workers
     reported are deleted inside the test (its transaction restores them), so a test that switches
     MEMORY_ENCRYPTION_KEYS (rotation) is not judged against the session's ring."""
-    from apps.core import key_rings
-    from apps.core.models import EncryptionKeyRing
+    from apps.encryption import key_rings
+    from apps.encryption.models import EncryptionKeyRing
 
     EncryptionKeyRing.objects.all().delete()
     key_rings._remember_quietly(None)

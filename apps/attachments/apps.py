@@ -7,7 +7,8 @@ class AttachmentsConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.attachments import receivers, services
-        from apps.core import crypto, signals
+        from apps.core import signals
+        from apps.encryption import crypto
 
         signals.entry_appending.connect(
             receivers.link_entry_attachments, dispatch_uid="apps.attachments.link_entry_attachments"

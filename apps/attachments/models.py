@@ -3,7 +3,7 @@
 An attachment row is written before its blob (``status = uploading``) and marked ``ready`` once the blob is
 complete, so every blob in storage has a row naming it: an upload cut short by a crash is found and removed by the
 expiry task, never left behind unnamed. Blobs live in the configured storage (apps.attachments.storage), by
-default AES-256-GCM chunked streams (apps.core.crypto format 2) bound to the attachment id.
+default AES-256-GCM chunked streams (apps.encryption.crypto format 2) bound to the attachment id.
 
 ``attachment_links`` records which conversation entries reference an attachment (D7): whoever may read the entry may
 read the attachment, and a referenced attachment no longer expires. The conversation ids are plain uuids (no FK

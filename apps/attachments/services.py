@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from apps.attachments import storage
 from apps.attachments.models import Attachment, AttachmentLink, AttachmentStatus
-from apps.core import audit, crypto, errors
+from apps.core import audit, errors
+from apps.encryption import crypto
 from apps.identity.principal import Principal
 from apps.limits import services as limits
 

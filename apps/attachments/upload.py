@@ -46,7 +46,7 @@ class StoredFile(UploadedFile):
 
 
 class AttachmentUploadHandler(FileUploadHandler):
-    chunk_size = 256 * 1024  # the pieces the parser hands over (one sealed chunk each, apps.core.crypto)
+    chunk_size = 256 * 1024  # the pieces the parser hands over (one sealed chunk each, apps.encryption.crypto)
 
     def __init__(self, principal: Principal, request: Any = None) -> None:
         super().__init__(request)

@@ -25,10 +25,11 @@ from rest_framework.views import APIView
 from apps.attachments import responses, selectors, serializers, services, signing, storage
 from apps.attachments.models import Attachment
 from apps.attachments.upload import FILE_FIELD, AttachmentUploadHandler
-from apps.core import audit, crypto, errors, pagination
+from apps.core import audit, errors, pagination
 from apps.core.requests import page_params, path_uuid, user_id_param
 from apps.core.serializers import USER_ID_SCHEMA, ErrorSerializer, cursor_parameter, error_responses, limit_parameter
 from apps.core.shapes import page_of
+from apps.encryption import crypto
 from apps.identity.permissions import IsAuditor, RoleChecked
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ class ConversationsConfig(AppConfig):
         vectors.create_index_after_migrate(self, vector_index.create_index)
 
         from apps.conversations.selectors import CONTENT_PURPOSE, CONTENT_ROW_ID_FIELDS
-        from apps.core import crypto
+        from apps.encryption import crypto
 
         # rotate_encryption_key re-encrypts entry content under the new primary key.
         crypto.register_encrypted_field("conversations.Entry", "content", CONTENT_PURPOSE, CONTENT_ROW_ID_FIELDS)

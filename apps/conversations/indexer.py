@@ -21,7 +21,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from apps.conversations import selectors, trees, vector_index
-from apps.core import crypto, metrics
+from apps.core import metrics
+from apps.encryption import crypto
 from apps.retrieval import indexing, leases, vectors
 from apps.retrieval.indexing import CycleReport, Work
 

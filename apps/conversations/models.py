@@ -3,7 +3,7 @@
 A fork tree is a root conversation and every conversation forked from it (directly or from another fork); each row
 carries ``root_id`` (its own id for a root) because memberships, ownership and transfers belong to the tree
 (apps.sharing keys them by ``root_id``). Conversations are soft-deleted (``deleted_at``) so admin views can still
-audit them; entries stay with them. Entry content is stored only as an AES-256-GCM envelope (apps.core.crypto)
+audit them; entries stay with them. Entry content is stored only as an AES-256-GCM envelope (apps.encryption.crypto)
 bound to the entry's id and conversation id; titles, metadata and ``indexed_content`` are plaintext (D5).
 
 Other apps never name these tables: they lock a tree, name its owner and read a tree's root through

@@ -7,8 +7,8 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from apps.conversations.models import Channel
-from apps.core import crypto
 from apps.core.shapes import Marker, Shape
+from apps.encryption import crypto
 from apps.sharing.access import LEVELS
 
 

@@ -21,7 +21,8 @@ from apps.conversations.responses import (
     EntryResponse,
     ForkItem,
 )
-from apps.core import crypto, errors, pagination
+from apps.core import errors, pagination
+from apps.encryption import crypto
 from apps.identity.principal import Principal
 from apps.sharing import access
 from apps.sharing.access import AccessLevel, at_least

@@ -27,7 +27,8 @@ from apps.conversations import selectors, trees
 from apps.conversations.indexer import INDEXER
 from apps.conversations.models import Channel, Conversation, Entry
 from apps.conversations.responses import EntryResponse
-from apps.core import crypto, errors, signals
+from apps.core import errors, signals
+from apps.encryption import crypto
 from apps.events.publisher import publish, publish_all
 from apps.identity.principal import Principal
 from apps.limits import services as limits

@@ -7,9 +7,7 @@ class CoreConfig(AppConfig):
     verbose_name = "Core: the admin audit trail"
 
     def ready(self) -> None:
-        from apps.core import key_rings, readiness
+        from apps.core import readiness
 
         readiness.register("database", readiness.check_database)
         readiness.register("redis", readiness.check_redis)
-        readiness.register("encryption_key_ring", key_rings.check)
-        readiness.register_info("encryption_keys", readiness.encryption_keys_info)

@@ -103,7 +103,7 @@ def blob_missing(what: str = "The file") -> ApiError:
 
 
 def undecryptable(what: str = "The stored value") -> ApiError:
-    """A single item whose stored envelope does not open (apps.core.crypto.decrypt_for_read): its key id is missing
+    """A single item whose stored envelope does not open (apps.encryption.crypto.decrypt_for_read): its key id is missing
     from MEMORY_ENCRYPTION_KEYS or the row is damaged. A 5xx, since the request is fine and the fault is the
     server's; 500 and not 503 because nothing about it is temporary or load-related: retrying cannot help until an
     operator restores the key (the log line and metric name the row and key id). Its own code, unlike

@@ -11,7 +11,7 @@ class MemoriesConfig(AppConfig):
 
         vectors.create_index_after_migrate(self, vector_index.create_index)
 
-        from apps.core import crypto
+        from apps.encryption import crypto
 
         # rotate_encryption_key re-encrypts these columns under the new primary key.
         crypto.register_encrypted_field("memories.Memory", "value_ciphertext", "memory.value")

@@ -2,7 +2,7 @@
 
 Every write inserts a new version row with a new id; the previous active version of the same (namespace, key) is
 closed (superseded, deleted or expired) in the same transaction. A partial unique index keeps at most one active
-version per address. Values are stored only as AES-256-GCM envelopes (apps.core.crypto); namespace, key,
+version per address. Values are stored only as AES-256-GCM envelopes (apps.encryption.crypto); namespace, key,
 attributes, index text and expiry are plaintext, as the interface says.
 """
 

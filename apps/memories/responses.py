@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from apps.core import crypto
 from apps.core.shapes import Marker, Shape
+from apps.encryption import crypto
 
 
 def _value_error() -> Marker:

@@ -13,8 +13,9 @@ from typing import Any
 import orjson
 from django.utils import timezone
 
-from apps.core import crypto, errors, pagination
+from apps.core import errors, pagination
 from apps.core.db.prepared import bound_cursor, prepared_cursor
+from apps.encryption import crypto
 from apps.identity.principal import Principal
 from apps.memories import filters
 from apps.memories.models import EventKind

@@ -17,8 +17,9 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from apps.core import crypto, errors
+from apps.core import errors
 from apps.core.db.prepared import run_pipelined
+from apps.encryption import crypto
 from apps.identity.principal import Principal
 from apps.limits import services as limits
 from apps.memories.indexer import INDEXER

@@ -9,7 +9,7 @@ logger = logging.getLogger(__name__)
 
 def check_or_die() -> None:
     """Stop the process with a clear message when policies do not compile or the key ring is unusable."""
-    from apps.core import crypto
+    from apps.encryption import crypto
     from apps.policy import load_or_die
 
     crypto.check_configuration()
@@ -44,9 +44,9 @@ def log_secret_sources() -> None:
 
 
 def start_key_ring_heartbeat() -> None:
-    """Report this process's key ring now and periodically (apps.core.key_rings): other hosts and /readyz compare rings
+    """Report this process's key ring now and periodically (apps.encryption.key_rings): other hosts and /readyz compare rings
     by it. In each process that serves or runs tasks, after any fork."""
-    from apps.core import key_rings
+    from apps.encryption import key_rings
 
     key_rings.start_heartbeat()
 

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "channels",
     "mozilla_django_oidc",
     "apps.core",
+    "apps.encryption",
     "apps.identity",
     "apps.policy",
     "apps.retrieval",
@@ -388,7 +389,7 @@ EMBEDDING_HASH_DELAY_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_SECONDS", "0"
 EMBEDDING_HASH_DELAY_PER_TEXT_SECONDS = float(env_str("EMBEDDING_HASH_DELAY_PER_TEXT_SECONDS", "0"))
 
 # --- Encryption at rest (D4) ------------------------------------------------------------------------------------
-# "kid:base64key,kid2:base64key": 32-byte AES-256 keys; the first encrypts, all decrypt (apps.core.crypto).
+# "kid:base64key,kid2:base64key": 32-byte AES-256 keys; the first encrypts, all decrypt (apps.encryption.crypto).
 # The embedded default generates one into DATA_DIR; production refuses to start without it.
 MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
 # /readyz names the key ids stored values are sealed with that the ring lacks: found by a scan of every encrypted
@@ -396,7 +397,7 @@ MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
 ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS = env_int("ENCRYPTION_KEY_SCAN_INTERVAL_SECONDS", 300)
 ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS = env_int("ENCRYPTION_KEY_SCAN_TIMEOUT_SECONDS", 300)
 # Each web and worker process reports its key ring (key ids, fingerprints, primary) at start and this often; a ring not
-# reported for three of these is no longer live (apps.core.key_rings). /readyz fails on a process whose ring cannot
+# reported for three of these is no longer live (apps.encryption.key_rings). /readyz fails on a process whose ring cannot
 # decrypt what other live hosts write; rotate_encryption_key refuses a primary some live host lacks.
 ENCRYPTION_KEY_RING_HEARTBEAT_SECONDS = env_int("ENCRYPTION_KEY_RING_HEARTBEAT_SECONDS", 60)
 
@@ -484,7 +485,7 @@ ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024)  # larg
 ATTACHMENT_DEFAULT_EXPIRES_IN = env_int("ATTACHMENT_DEFAULT_EXPIRES_IN", 3600)  # seconds, when expiresIn is absent
 ATTACHMENT_MAX_EXPIRES_IN = env_int("ATTACHMENT_MAX_EXPIRES_IN", 24 * 3600)
 ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN = env_int("ATTACHMENT_DOWNLOAD_URL_EXPIRES_IN", 300)  # signed download lifetime
-# Encrypt blobs at rest (apps.core.crypto chunked streams under MEMORY_ENCRYPTION_KEYS). Off only when the object
+# Encrypt blobs at rest (apps.encryption.crypto chunked streams under MEMORY_ENCRYPTION_KEYS). Off only when the object
 # store encrypts instead and ATTACHMENT_S3_DIRECT_DOWNLOAD should hand out presigned URLs.
 ATTACHMENT_ENCRYPTION = env_bool("ATTACHMENT_ENCRYPTION", True)
 ATTACHMENT_STORAGE = env_str("ATTACHMENT_STORAGE", "filesystem")  # filesystem | s3

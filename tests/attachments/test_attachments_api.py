@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 from apps.attachments import signing, storage
 from apps.attachments.models import Attachment, AttachmentLink
 from apps.attachments.tasks import remove_expired_attachments
-from apps.core import crypto
 from apps.core.models import AdminAuditRecord
+from apps.encryption import crypto
 from tests.attachments.conftest import ATTACHMENTS, blobs, body_of, sha256, upload, upload_ok
 
 FIELDS = {"id", "href", "contentType", "filename", "size", "sha256", "expiresAt", "status"}

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from apps.attachments.models import Attachment
 from apps.attachments.tasks import remove_expired_attachments
-from apps.core import crypto
+from apps.encryption import crypto
 from tests.attachments.conftest import body_of, sha256, upload, upload_ok
 
 REGION = "us-east-1"

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from apps.core import crypto
+from apps.encryption import crypto
 from apps.memories.models import Memory, MemoryEvent
 from apps.runtime import embedded_services
 

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 
 from apps.conversations import indexer as conversation_indexer
 from apps.conversations import tasks as conversation_tasks
-from apps.core import crypto
+from apps.encryption import crypto
 from apps.memories import indexer as memory_indexer
 from apps.memories import tasks as memory_tasks
 from apps.memories.models import IndexStatus, Memory

@@ -1,4 +1,4 @@
-"""apps.core.crypto: AES-256-GCM envelopes bound to purpose and row id, and the MEMORY_ENCRYPTION_KEYS key ring."""
+"""apps.encryption.crypto: AES-256-GCM envelopes bound to purpose and row id, and the MEMORY_ENCRYPTION_KEYS key ring."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import base64
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from apps.core import crypto
+from apps.encryption import crypto
 
 K1 = base64.b64encode(b"\x01" * 32).decode()
 K2 = base64.b64encode(b"\x02" * 32).decode()

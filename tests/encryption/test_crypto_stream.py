@@ -1,4 +1,4 @@
-"""apps.core.crypto chunked streams (format 2): fixed-size AES-256-GCM chunks bound to row, index and final flag."""
+"""apps.encryption.crypto chunked streams (format 2): fixed-size AES-256-GCM chunks bound to row, index and final flag."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from apps.core import crypto
+from apps.encryption import crypto
 
 K1 = base64.b64encode(b"\x01" * 32).decode()
 K2 = base64.b64encode(b"\x02" * 32).decode()
@@ -102,7 +102,9 @@ def test_no_plaintext_before_its_chunk_authenticates(ring):
     blob = header + b"".join(chunks)
     opened = []
     with pytest.raises(crypto.DecryptionError):
-        for plain in crypto.open_stream([blob[i : i + 100] for i in range(0, len(blob), 100)], purpose="p", row_id="row"):
+        for plain in crypto.open_stream(
+            [blob[i : i + 100] for i in range(0, len(blob), 100)], purpose="p", row_id="row"
+        ):
             opened.append(plain)
     assert len(b"".join(opened)) == CHUNK  # only the first (authentic) chunk came out
 

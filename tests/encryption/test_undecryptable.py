@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from apps.core import crypto
+from apps.encryption import crypto
 from apps.memories.services import EVENT_VALUE_PURPOSE, VALUE_PURPOSE
 from tests.conversations.support import ADMIN, OWNER, actor_client, append_ok, conv_path, create, new_id
 
@@ -94,7 +94,7 @@ def test_entries_pages_serve_the_other_entries_and_mark_the_undecryptable_one(ac
     entries = [append_ok(owner, conversation, text) for text in ("one", "two", "three")]
     spoil_entry(settings, entries[1], how)
 
-    caplog.set_level(logging.ERROR, logger="apps.core.crypto")
+    caplog.set_level(logging.ERROR, logger="apps.encryption.crypto")
     for client, path in ((owner, conv_path(conversation, "entries")), (admin, f"{ADMIN}/{conversation}/entries")):
         response = client.get(path)
         assert response.status_code == 200, response.content

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.core import crypto
+from apps.encryption import crypto
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,9 @@ def evaluate(mine: _Ring, live: list[_Ring]) -> RingStatus:
         if other.ring_id == mine.ring_id:
             break
         conflicting.update(
-            kid for kid, fingerprint in mine.fingerprints.items() if other.fingerprints.get(kid, fingerprint) != fingerprint
+            kid
+            for kid, fingerprint in mine.fingerprints.items()
+            if other.fingerprints.get(kid, fingerprint) != fingerprint
         )
     primary_fingerprint = mine.fingerprints[mine.primary]
     lacking_mine = sorted(
@@ -130,14 +132,16 @@ def evaluate(mine: _Ring, live: list[_Ring]) -> RingStatus:
 
 def _live_rings(now) -> list[_Ring]:
     """Each live ring once (with the hosts reporting it), in the order rings were first seen on any host."""
-    from apps.core.models import EncryptionKeyRing
+    from apps.encryption.models import EncryptionKeyRing
 
     live_since = now - timedelta(seconds=3 * settings.ENCRYPTION_KEY_RING_HEARTBEAT_SECONDS)
     rings: dict[str, tuple[_Ring, set[str]]] = {}
     for row in EncryptionKeyRing.objects.filter(seen_at__gte=live_since).order_by("first_seen", "ring_id", "hostname"):
         _, hosts = rings.setdefault(row.ring_id, (_Ring(row.ring_id, row.primary, dict(row.fingerprints), ()), set()))
         hosts.add(row.hostname)
-    return [_Ring(ring.ring_id, ring.primary, ring.fingerprints, tuple(sorted(hosts))) for ring, hosts in rings.values()]
+    return [
+        _Ring(ring.ring_id, ring.primary, ring.fingerprints, tuple(sorted(hosts))) for ring, hosts in rings.values()
+    ]
 
 
 def _hostname() -> str:
@@ -160,7 +164,7 @@ def assess() -> RingStatus:
 def report() -> RingStatus:
     """Record this process's ring as live now and evaluate it against the other live rings (one short transaction;
     the database's statement timeout applies)."""
-    from apps.core.models import EncryptionKeyRing
+    from apps.encryption.models import EncryptionKeyRing
 
     mine = _mine()
     now = timezone.now()
@@ -195,7 +199,7 @@ def _remember(status: RingStatus) -> None:
         previous, _last = _last, status
     if not status.sound and (previous is None or previous.sound or previous.as_info() != status.as_info()):
         logger.error(
-            "this host's encryption key ring cannot decrypt what other hosts write; README \"Several hosts\"",
+            'this host\'s encryption key ring cannot decrypt what other hosts write; README "Several hosts"',
             extra={"key_ring": status.as_info()},
         )
     elif status.primary_lacking_on and (previous is None or previous.primary_lacking_on != status.primary_lacking_on):

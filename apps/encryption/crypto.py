@@ -111,7 +111,7 @@ def parse_keyring(raw: str) -> KeyRing:
 
 
 def key_fingerprint(key: bytes) -> str:
-    """A key's public name for comparing rings across hosts (apps.core.key_rings): HMAC-SHA256 keyed by the key over a
+    """A key's public name for comparing rings across hosts (apps.encryption.key_rings): HMAC-SHA256 keyed by the key over a
     fixed label, 128 bits in hex. It tells two 256-bit random keys apart and reveals nothing usable about either."""
     import hashlib
     import hmac
@@ -155,7 +155,7 @@ def _invalidate(*, setting: str, **_: Any) -> None:
             _cache = None
 
 
-setting_changed.connect(_invalidate, dispatch_uid="apps.core.crypto.invalidate")
+setting_changed.connect(_invalidate, dispatch_uid="apps.encryption.crypto.invalidate")
 
 
 def check_configuration() -> None:
@@ -606,7 +606,9 @@ class StreamOpener(_ChunkedStream):
         return [self._final()]
 
 
-def seal_stream(pieces: Iterable[bytes], *, purpose: str, row_id: str, chunk_size: int = STREAM_CHUNK_BYTES) -> Iterator[bytes]:
+def seal_stream(
+    pieces: Iterable[bytes], *, purpose: str, row_id: str, chunk_size: int = STREAM_CHUNK_BYTES
+) -> Iterator[bytes]:
     """The sealed stream of ``pieces``, piece by piece (tests, tools)."""
     sealer = StreamSealer(purpose=purpose, row_id=row_id, chunk_size=chunk_size)
     for piece in pieces:

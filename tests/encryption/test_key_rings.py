@@ -1,5 +1,5 @@
 """Key rings across hosts (issue 32.2 and 32.5): /readyz fails on a host whose ring cannot decrypt what the other live
-hosts write, and rotate_encryption_key refuses to promote a key some live host lacks (apps.core.key_rings).
+hosts write, and rotate_encryption_key refuses to promote a key some live host lacks (apps.encryption.key_rings).
 
 Hosts are simulated in this process: each report is made under a host name and a MEMORY_ENCRYPTION_KEYS of its own,
 as the heartbeat of a process on that host would make it."""
@@ -14,8 +14,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from apps.core import crypto, key_rings
-from apps.core.models import EncryptionKeyRing
+from apps.encryption import crypto, key_rings
+from apps.encryption.models import EncryptionKeyRing
 
 pytestmark = pytest.mark.usefixtures("own_key_rings")
 

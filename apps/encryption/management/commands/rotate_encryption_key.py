@@ -3,7 +3,7 @@ encrypted files (attachment blobs, see ``crypto.register_blob_rotator``), under 
 
 Rotation in two phases (README "Key rotation"): add the new key at the end of MEMORY_ENCRYPTION_KEYS on every host
 (it decrypts only) and restart them; then move it first on every host (it encrypts), restart, and run this command.
-It refuses to run while some live host (apps.core.key_rings) lacks the primary, since a value re-encrypted under it
+It refuses to run while some live host (apps.encryption.key_rings) lacks the primary, since a value re-encrypted under it
 would be lost to that host. It is safe while the service serves and resumable:
 
 * only rows whose envelope header names another key are selected (compared in SQL on the clear header bytes), so a
@@ -32,7 +32,7 @@ from django.db import models, transaction
 from django.db.models.functions import Substr
 from tqdm import tqdm
 
-from apps.core import crypto
+from apps.encryption import crypto
 
 
 @dataclass
@@ -96,9 +96,9 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS("Every registered value is under the primary key."))
 
     def _check_hosts(self, primary: str) -> None:
-        """Promote only a key every live host holds (apps.core.key_rings): a value re-sealed under a key some host
+        """Promote only a key every live host holds (apps.encryption.key_rings): a value re-sealed under a key some host
         lacks is a value that host can no longer read. Refused with the hosts to fix first."""
-        from apps.core import key_rings
+        from apps.encryption import key_rings
 
         status = key_rings.assess()
         if status.conflicting:
@@ -116,7 +116,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"the primary key {primary!r} is not in MEMORY_ENCRYPTION_KEYS on every live host: "
                 f"{', '.join(status.primary_lacking_on)} lack(s) it and could not read values re-encrypted under it. "
-                "Add it there first (phase 1 of a rotation: README \"Key rotation\"), restart them, and run this "
+                'Add it there first (phase 1 of a rotation: README "Key rotation"), restart them, and run this '
                 "again."
             )
         self.stdout.write(f"Every live host ({status.live_rings} key ring(s) reported) holds {primary}.")
