@@ -2,7 +2,7 @@
 
 The stream is served by the ASGI consumer (apps.events.consumer), which config.asgi routes before Django's URL map
 is consulted, so there is no Django view for drf-spectacular to describe. This postprocessing hook (registered in
-SPECTACULAR_SETTINGS, before apps.core.schema_honesty, which adds the D1 error bodies) adds the operation.
+SPECTACULAR_SETTINGS, before apps.core.openapi.document_errors, which adds the D1 error bodies) adds the operation.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def add_event_stream(result: dict[str, Any], generator, request, public) -> dict
                         }
                     },
                 },
-                # D1's error body and description: apps.core.schema_honesty fills them in.
+                # D1's error body and description: apps.core.openapi.document_errors fills them in.
                 "400": {},
                 "401": {},
                 "503": {},

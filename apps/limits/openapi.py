@@ -1,14 +1,12 @@
 """The rates and quotas in /openapi.json (a SPECTACULAR_SETTINGS postprocessing hook, after
-apps.core.schema_honesty): 429 ``rate_limited`` with ``Retry-After`` on every operation that takes credentials, and
+apps.core.openapi.document_errors): 429 ``rate_limited`` with ``Retry-After`` on every operation that takes credentials, and
 403 ``quota_exceeded`` on every operation that can add to a stored total."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from apps.core.schema_honesty import ERROR_REF
-
-_METHODS = {"get", "put", "post", "patch", "delete"}
+from apps.core.openapi import ERROR_REF, api_operations
 
 # (method, path) → the quotas the operation can meet.
 QUOTA_OPERATIONS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -32,26 +30,21 @@ RATE_LIMITED = {
 
 def postprocess_schema(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
     default_security = result.get("security")
-    for path, item in result.get("paths", {}).items():
-        if not path.startswith("/v1/"):
-            continue
-        for method, operation in item.items():
-            if method not in _METHODS:
-                continue
-            responses = operation.setdefault("responses", {})
-            # The event stream is not a REST request: its connections are bounded per user instead
-            # (SSE_MAX_CONNECTIONS_PER_USER).
-            if any(operation.get("security", default_security) or []) and path != "/v1/events":
-                responses.setdefault("429", RATE_LIMITED)
-            quotas = QUOTA_OPERATIONS.get((method, path))
-            if quotas:
-                text = (
-                    f"quota_exceeded: the write would pass one of the owner's stored-total quotas ({', '.join(quotas)}); "
-                    "details: {quota, limit, used}"
-                )
-                existing = responses.get("403")
-                if existing is None:
-                    responses["403"] = {"description": text, "content": {"application/json": {"schema": ERROR_REF}}}
-                elif "quota_exceeded" not in existing.get("description", ""):
-                    existing["description"] = f"{existing.get('description', '')}; or {text}".lstrip("; ")
+    for path, method, operation in api_operations(result):
+        responses = operation.setdefault("responses", {})
+        # The event stream is not a REST request: its connections are bounded per user instead
+        # (SSE_MAX_CONNECTIONS_PER_USER).
+        if any(operation.get("security", default_security) or []) and path != "/v1/events":
+            responses.setdefault("429", RATE_LIMITED)
+        quotas = QUOTA_OPERATIONS.get((method, path))
+        if quotas:
+            text = (
+                f"quota_exceeded: the write would pass one of the owner's stored-total quotas ({', '.join(quotas)}); "
+                "details: {quota, limit, used}"
+            )
+            existing = responses.get("403")
+            if existing is None:
+                responses["403"] = {"description": text, "content": {"application/json": {"schema": ERROR_REF}}}
+            elif "quota_exceeded" not in existing.get("description", ""):
+                existing["description"] = f"{existing.get('description', '')}; or {text}".lstrip("; ")
     return result

@@ -192,7 +192,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "apps.events.schema.add_event_stream",  # served by the ASGI consumer: no view to describe
-        "apps.core.schema_honesty.postprocess_schema",
+        "apps.core.openapi.document_errors",
         "apps.limits.openapi.postprocess_schema",  # 429 rate_limited everywhere, 403 quota_exceeded on writes
         "apps.memories.openapi.namespace_depth_hook",
     ],

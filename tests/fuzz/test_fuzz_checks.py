@@ -1,5 +1,5 @@
 """The fuzzer's own parts: the D1 check must fail on what it is there to catch, and the schema it reads must
-document D1's body for every error of every API operation (apps.core.schema_honesty)."""
+document D1's body for every error of every API operation (apps.core.openapi.document_errors)."""
 
 from __future__ import annotations
 
