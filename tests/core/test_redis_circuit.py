@@ -57,6 +57,7 @@ def timed_append(client, conversation_id: str, text: str) -> tuple[float, str]:
     return time.monotonic() - started, entry["id"]
 
 
+@pytest.mark.slow
 def test_writes_wait_on_a_frozen_valkey_once_and_everything_is_indexed_and_told_after(valkey, client_for, settings):
     settings.REDIS_CIRCUIT_PROBE_SECONDS = 0.2
     bob = client_for("bob")

@@ -145,6 +145,7 @@ def slow_model(settings):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_short_row_is_searchable_once_embedded_not_when_its_batch_ends(client_for, slow_model):
     """A short row that shares a batch with a long one is stored with the batch's first slice, not after the long
     text's last (which, with the real model, took 143 s in a bench run)."""
@@ -164,6 +165,7 @@ def test_a_short_row_is_searchable_once_embedded_not_when_its_batch_ends(client_
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_worker_busy_with_long_texts_indexes_other_users_short_ones_between_slices(client_for, slow_model):
     """The worst case: every worker thread is in a memory cycle on alice's long texts. Bob's short memory and his
     entry (the other indexer) are indexed between two slices, not after alice's backlog."""
@@ -206,6 +208,7 @@ def test_a_worker_busy_with_long_texts_indexes_other_users_short_ones_between_sl
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.live
 def test_with_ten_long_texts_queued_another_users_short_writes_are_searchable_within_seconds(client_for, tmp_path):
     """Issue 28 item 1's goal, with the Procfile's worker (two threads) and a model whose cost grows with the text
     (1 s per 250 KB text, one at a time): while alice keeps ten long texts queued, bob's short memory and short

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -22,6 +24,7 @@ def _generator():
     return sys.modules["recall_dataset"]
 
 
+@pytest.mark.slow
 def test_the_committed_set_is_the_generators_output() -> None:
     generator = _generator()
     files = generator.generate(generator.SEED)

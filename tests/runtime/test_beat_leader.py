@@ -6,9 +6,12 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
 import redis
 
 from tests.celery_workers import broker_url, kill_group, queued_tasks, start_beat, wait_for
+
+pytestmark = pytest.mark.live  # starts beat processes
 
 INDEX = "apps.memories.tasks.index_pending_memories"
 

@@ -27,7 +27,7 @@ from tests.celery_workers import broker_url, kill_group, start_worker, wait_for
 from tests.events.conftest import SSEClient
 from tests.live_service import LiveService
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.live]  # two web servers, workers and beats
 
 NS = ["user", "bob", "hosts"]
 
