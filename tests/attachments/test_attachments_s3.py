@@ -19,6 +19,8 @@ from apps.attachments.tasks import remove_expired_attachments
 from apps.encryption import crypto
 from tests.attachments.conftest import body_of, sha256, upload, upload_ok
 
+pytestmark = pytest.mark.live  # a moto S3 server
+
 REGION = "us-east-1"
 
 

@@ -38,6 +38,7 @@ def found(client, query: str, search_type: str = "fulltext", limit: int = 200) -
     return {item["entryId"] for item in response.json()["data"]}
 
 
+@pytest.mark.slow
 def test_32_concurrent_index_writers_leave_one_consistent_text_per_entry(client_for, http):
     bob = client_for("bob")
     cid = new_id()
@@ -70,6 +71,7 @@ def test_32_concurrent_index_writers_leave_one_consistent_text_per_entry(client_
             assert len(hits) == 1 and hits <= expected, (number, hits)
 
 
+@pytest.mark.slow
 def test_32_concurrent_indexer_workers_never_embed_an_entry_twice(client_for, monkeypatch):
     from apps.retrieval.embeddings import get_provider
 

@@ -219,6 +219,7 @@ def _import_production_settings(**env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_production_refuses_to_start_without_an_audience():
     refused = _import_production_settings(OIDC_ISSUER_URL="https://idp.example/realms/x")
     assert refused.returncode != 0

@@ -43,6 +43,7 @@ def searchable_keys(client, query: str) -> set[str]:
     return {item["key"] for item in response.json()["items"]}
 
 
+@pytest.mark.slow
 def test_32_concurrent_workers_never_embed_a_version_twice(client_for, monkeypatch):
     from apps.retrieval.embeddings import get_provider
 

@@ -288,6 +288,7 @@ def test_the_memory_indexer_never_opens_values(bob):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_32_concurrent_cycles_embed_each_entry_once_and_take_each_poison_row_once(client_for, embedded, monkeypatch):
     provider = get_provider()
     embed = provider.embed_documents

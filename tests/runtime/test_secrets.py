@@ -20,6 +20,8 @@ from apps.identity.dev_idp import keys
 from apps.runtime import embedded_services
 from tests.conftest import service_env
 
+pytestmark = pytest.mark.slow  # each test starts Python processes that load the settings
+
 EXTERNAL_DATABASE = "postgresql://memory@db.invalid:5432/memory_service"
 KEYS = "k1:" + base64.b64encode(b"k" * 32).decode()
 
