@@ -201,6 +201,16 @@ def setup_django(database_url: str, **extra_env: str) -> None:
     django.setup()
 
 
+def fresh_django_database(dbname: str) -> str:
+    """The usual start of a benchmark: ``dbname`` dropped and created on the embedded server, migrated, and Django
+    set up on it in this process; returns its URL."""
+    database_url = recreate_database(embedded_postgres_url(), dbname)
+    log(f"database {dbname} created")
+    migrate(database_url)
+    setup_django(database_url)
+    return database_url
+
+
 # --- The web server -----------------------------------------------------------------------------------------------
 
 

@@ -325,6 +325,16 @@ def live_service(django_db_setup, django_db_blocker) -> Iterator[LiveService]:
         service.stop()
 
 
+@pytest.fixture(scope="module")
+def empty_tables_after_module(live_service: LiveService, django_db_blocker) -> Iterator[None]:
+    """For modules that write through the live service (which commits): ``pytest.mark.usefixtures`` it with
+    ``django_db``. The tables are emptied once after the module, not after every test as
+    ``django_db(transaction=True)`` would (about a second per test), so a test scopes what it asserts to what it made."""
+    yield
+    with django_db_blocker.unblock():
+        database.empty_tables()
+
+
 @pytest.fixture
 def own_key_rings(db) -> Iterator[None]:
     """Only this test's key rings are live (apps.encryption.key_rings): the rings the session's live servers and workers

@@ -11,10 +11,14 @@ and permissions migrate wrote (no test writes them) and seeds the configured API
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 
 from django.core.management import call_command
 from django.db import DatabaseError, connections, transaction
 from django.test import TransactionTestCase
+
+from apps.runtime import embedded_services
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +46,27 @@ def empty_tables(using: str = "default") -> None:
         # A constraint DELETE cannot satisfy (a future table's non-deferrable foreign key): Django's own flush.
         logger.warning("emptying the tables failed; flushing instead", exc_info=True)
         call_command("flush", verbosity=0, interactive=False, database=using)
+
+
+def pg_dump(using: str = "default") -> bytes:
+    """The test database's rows as ``pg_dump --data-only`` writes them (committed rows only): what a backup holds."""
+    settings_dict = connections[using].settings_dict
+    return subprocess.run(
+        [
+            str(embedded_services.pg_bin("pg_dump")),
+            "--data-only",
+            "--host",
+            settings_dict["HOST"],
+            "--port",
+            str(settings_dict["PORT"] or 5432),
+            "--username",
+            settings_dict["USER"] or "postgres",
+            settings_dict["NAME"],
+        ],
+        capture_output=True,
+        check=True,
+        env={**os.environ, "PGPASSWORD": settings_dict["PASSWORD"] or ""},
+    ).stdout
 
 
 _flush_teardown = TransactionTestCase._fixture_teardown

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -19,6 +18,8 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import FileSystemStorage, Storage
+
+from apps.core.settings_cache import BuiltFromSettings
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +36,6 @@ class BlobWriter(Protocol):
     def abort(self) -> None: ...
 
 
-_lock = threading.Lock()
-_cached: tuple[tuple[Any, ...], Storage] | None = None
-
-
 def _config() -> tuple[Any, ...]:
     return (
         settings.ATTACHMENT_STORAGE,
@@ -53,24 +50,23 @@ def _config() -> tuple[Any, ...]:
     )
 
 
+def _build(config: tuple[Any, ...]) -> Storage:
+    kind = config[0]
+    if kind == "filesystem":
+        return FileSystemStorage(
+            location=settings.ATTACHMENT_DIR, directory_permissions_mode=0o700, file_permissions_mode=0o600
+        )
+    if kind == "s3":
+        return _s3_storage()
+    raise ImproperlyConfigured(f"ATTACHMENT_STORAGE must be 'filesystem' or 's3', not {kind!r}")
+
+
+_storage: BuiltFromSettings[Storage] = BuiltFromSettings(_config, _build)
+
+
 def get_storage() -> Storage:
     """The configured backend, rebuilt when its settings change (tests switch between filesystem and S3)."""
-    global _cached
-    config = _config()
-    cached = _cached
-    if cached is not None and cached[0] == config:
-        return cached[1]
-    kind = settings.ATTACHMENT_STORAGE
-    if kind == "filesystem":
-        storage: Storage = FileSystemStorage(location=settings.ATTACHMENT_DIR, directory_permissions_mode=0o700,
-                                             file_permissions_mode=0o600)
-    elif kind == "s3":
-        storage = _s3_storage()
-    else:
-        raise ImproperlyConfigured(f"ATTACHMENT_STORAGE must be 'filesystem' or 's3', not {kind!r}")
-    with _lock:
-        _cached = (config, storage)
-    return storage
+    return _storage.get()
 
 
 def _s3_storage() -> Storage:

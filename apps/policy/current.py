@@ -3,17 +3,14 @@ settings change."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.core.settings_cache import BuiltFromSettings
 from apps.policy.engine import PolicyEngine
 from apps.policy.opa_engine import OpaEngine
-
-_engine_lock = threading.Lock()
-_engine: tuple[tuple[Any, ...], PolicyEngine] | None = None
 
 
 def _config_key() -> tuple[Any, ...]:
@@ -39,26 +36,23 @@ def _build(key: tuple[Any, ...]) -> PolicyEngine:
     raise ImproperlyConfigured(f"POLICY_ENGINE must be 'embedded' or 'opa', got {kind!r}")
 
 
+def _build_loaded(key: tuple[Any, ...]) -> PolicyEngine:
+    engine = _build(key)
+    engine.load()
+    return engine
+
+
+_engine: BuiltFromSettings[PolicyEngine] = BuiltFromSettings(_config_key, _build_loaded)
+
+
 def get_engine() -> PolicyEngine:
     """The engine for the current settings; rebuilt when they change (override_settings in tests)."""
-    global _engine
-    key = _config_key()
-    current = _engine
-    if current is not None and current[0] == key:
-        return current[1]
-    with _engine_lock:
-        if _engine is None or _engine[0] != key:
-            engine = _build(key)
-            engine.load()
-            _engine = (key, engine)
-        return _engine[1]
+    return _engine.get()
 
 
 def reset_engine() -> None:
     """Forget the process-wide engine (tests)."""
-    global _engine
-    with _engine_lock:
-        _engine = None
+    _engine.reset()
 
 
 def load_or_die() -> None:

@@ -16,17 +16,6 @@ from memory_service import AsyncClient, Client, OAuthToken
 
 from tests.live_service import LiveService
 
-
-@pytest.fixture(scope="module")
-def empty_tables_after_module(live_service: LiveService, django_db_blocker) -> Iterator[None]:
-    """For modules that write through the live service: ``pytest.mark.usefixtures`` it with ``django_db``."""
-    yield
-    from django.core.management import call_command
-
-    with django_db_blocker.unblock():
-        call_command("flush", interactive=False, verbosity=0)
-
-
 # One OAuthToken per user for the session: each caches its token (an RSA signature per token is slow).
 _tokens: dict[tuple[str, str], OAuthToken] = {}
 

@@ -4,35 +4,15 @@ table, not in a pg_dump), while titles stay plaintext; a ciphertext moved to ano
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
 
 import pytest
-from django.db import connection
 
-from apps.runtime import embedded_services
 from tests.conftest import TEST_API_KEY
 from tests.conversations.support import OWNER, append_ok, conv_path, create, new_id, sql
+from tests.database import pg_dump
 
 MARKER = "entry-plaintext-marker-4d1e"
 TITLE = "title-plaintext-marker-99a0"
-
-
-def _pg_dump() -> bytes:
-    settings_dict = connection.settings_dict
-    return subprocess.run(
-        [
-            str(embedded_services.pg_bin("pg_dump")),
-            "--data-only",
-            "--host", settings_dict["HOST"],
-            "--port", str(settings_dict["PORT"] or 5432),
-            "--username", settings_dict["USER"] or "postgres",
-            settings_dict["NAME"],
-        ],
-        capture_output=True,
-        check=True,
-        env={**os.environ, "PGPASSWORD": settings_dict["PASSWORD"] or ""},
-    ).stdout
 
 
 @pytest.mark.django_db(transaction=True)  # pg_dump sees committed data only
@@ -54,7 +34,7 @@ def test_pg_dump_holds_no_entry_content_in_plaintext(actor_client, client_for) -
     append_ok(owner, fork, "fork title", forkedAtConversationId=conversation, forkedAtEntryId=first)
     append_ok(owner, fork, f"{MARKER}-fork", indexedContent="summary three")
 
-    dump = _pg_dump()
+    dump = pg_dump()
     assert b"COPY public.conversation_entries" in dump  # the dump really holds the table
     assert TITLE.encode() in dump  # titles are plaintext by design (D5): the dump is readable
     assert MARKER.encode() not in dump

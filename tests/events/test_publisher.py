@@ -14,6 +14,7 @@ from django.db import connection, transaction
 
 from apps.core.redis_client import get_client
 from apps.events import publisher, streams
+from tests.events.conftest import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_publisher")]
 
@@ -42,6 +43,20 @@ def _user(prefix: str) -> str:
 
 def _received(user: str) -> list[dict]:
     return [json.loads(streams.payload_of(fields)) for _id, fields in get_client().xrange(streams.stream_key(user))]
+
+
+def _fail_pipelines(monkeypatch, failures: list[Exception]) -> None:
+    """The next Redis pipelines raise ``failures`` from execute(), one each, in order (popped); later ones work."""
+    real_pipeline = redis.Redis.pipeline
+
+    def failing_pipeline(self, *args, **kwargs):
+        pipe = real_pipeline(self, *args, **kwargs)
+        if failures:
+            error = failures.pop(0)
+            pipe.execute = lambda: (_ for _ in ()).throw(error)
+        return pipe
+
+    monkeypatch.setattr(redis.Redis, "pipeline", failing_pipeline)
 
 
 def test_entry_events_reach_every_member_after_commit_only():
@@ -123,15 +138,11 @@ def test_redis_failure_never_fails_the_write_and_the_recipients_get_invalidate_o
     monkeypatch.setattr(redis.Redis, "pipeline", real_pipeline)
     # Redis answers again: the invalidate goes out by itself, without waiting for another write (issue 21.14: after
     # an outage with no later write, the client used to hear nothing).
-    deadline = time.monotonic() + 10
-    while not _received(owner) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: _received(owner))
     assert _received(owner) == [{"event": "invalidate", "kind": "stream", "data": {}}]
     [(_id, fields)] = get_client().xrange(streams.stream_key(owner))
     assert abs(int(fields[b"i"]) - time.time() * 1000) < 30_000  # stamped with the newest missed event's time
-    deadline = time.monotonic() + 10
-    while publisher._recovering and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not publisher._recovering)
     with transaction.atomic():
         publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "next"})
     assert _received(owner) == [
@@ -185,22 +196,11 @@ def test_the_recovery_outlives_an_error_that_is_not_redis(monkeypatch):
     RedisError) would leave every later write of the process owing an invalidate that nothing sends."""
     owner = _user("owner")
     conversation = _conversation({owner: "owner"})
-    real_pipeline = redis.Redis.pipeline
     failures = [redis.ConnectionError("Redis is down"), RuntimeError("unexpected")]
-
-    def failing_pipeline(self, *args, **kwargs):
-        pipe = real_pipeline(self, *args, **kwargs)
-        if failures:
-            error = failures.pop(0)
-            pipe.execute = lambda: (_ for _ in ()).throw(error)
-        return pipe
-
-    monkeypatch.setattr(redis.Redis, "pipeline", failing_pipeline)
+    _fail_pipelines(monkeypatch, failures)
     with transaction.atomic():
         publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "lost"})
-    deadline = time.monotonic() + 10
-    while not _received(owner) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: _received(owner))
     assert failures == []  # the write, then the recovery's first try, failed
     assert _received(owner) == [{"event": "invalidate", "kind": "stream", "data": {}}]
 
@@ -212,23 +212,12 @@ def test_owed_invalidates_survive_a_send_that_fails_with_an_error_that_is_not_re
     conversation = _conversation({writer: "owner"})
     monkeypatch.setattr(publisher, "_missed", {owed: int(time.time() * 1000)})
     settings.SSE_PUBLISH_BACKOFF_SECONDS = 0.2
-    real_pipeline = redis.Redis.pipeline
     failures = [ValueError("a bug, or a library surprise")]
-
-    def failing_pipeline(self, *args, **kwargs):
-        pipe = real_pipeline(self, *args, **kwargs)
-        if failures:
-            error = failures.pop(0)
-            pipe.execute = lambda: (_ for _ in ()).throw(error)
-        return pipe
-
-    monkeypatch.setattr(redis.Redis, "pipeline", failing_pipeline)
+    _fail_pipelines(monkeypatch, failures)
     with transaction.atomic():
         publisher.publish("created", "entry", {"conversationId": conversation, "entryId": "e1"})
     assert failures == []
-    deadline = time.monotonic() + 10
-    while not (_received(owed) and _received(writer)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: _received(owed) and _received(writer))
     assert _received(owed) == [{"event": "invalidate", "kind": "stream", "data": {}}]
     assert _received(writer) == [{"event": "invalidate", "kind": "stream", "data": {}}]
 

@@ -27,7 +27,6 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 
-from tests.database import empty_tables
 from tests.fuzz.cases import (
     CURRENT_USER,
     SCHEMA_DOCUMENT,
@@ -108,13 +107,9 @@ as_admin = _schema(coverage=True)
 as_user = _schema(coverage=False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _empty_tables_afterwards(live_service: LiveService, django_db_blocker) -> Iterator[None]:
-    """The live server commits what the fuzzer writes; later tests expect empty tables. Once per module, not per
-    operation as ``django_db(transaction=True)`` would (times ~70 test items)."""
-    yield
-    with django_db_blocker.unblock():
-        empty_tables()
+# The live server commits what the fuzzer writes; later tests expect empty tables: emptied once after the module,
+# not per operation as ``django_db(transaction=True)`` would (times ~70 test items).
+pytestmark = pytest.mark.usefixtures("empty_tables_after_module")
 
 
 @pytest.fixture(scope="session")
@@ -155,7 +150,7 @@ def _call_and_validate(case, live_service: LiveService, session: requests.Sessio
 
 
 # The fixtures are the live server, a session and tokens: nothing an example changes, so reusing them is right.
-# What the live server commits is flushed once after the module (_empty_tables_afterwards). The django_db mark is
+# What the live server commits is emptied once after the module (empty_tables_after_module). The django_db mark is
 # what makes pytest-django create the test database at all (it only sets up databases that marked tests use).
 
 

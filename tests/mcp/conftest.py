@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx2
 import mcp_types as types
-import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -35,16 +34,6 @@ D11_TOOLS = {
     "append_entry",
     "search_conversations",
 }
-
-
-@pytest.fixture(scope="module")
-def empty_tables_after_module(live_service: LiveService, django_db_blocker) -> Iterator[None]:
-    """For modules that write through the live service: ``pytest.mark.usefixtures`` it with ``django_db``."""
-    yield
-    from django.core.management import call_command
-
-    with django_db_blocker.unblock():
-        call_command("flush", interactive=False, verbosity=0)
 
 
 _tokens: dict[tuple[str, str], str] = {}
