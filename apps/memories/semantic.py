@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from apps.core import errors
 from apps.identity.principal import Principal
-from apps.memories import selectors, vector_index
+from apps.memories import fresh, selectors
 from apps.memories.models import Memory, MemoryState
 from apps.memories.responses import MemorySearchItem
 from apps.memories.services import VALUE_PURPOSE
@@ -31,16 +31,9 @@ def search(
     scope = selectors.scope_for(principal, namespace_prefix, filter)
     provider = get_provider()
     try:
-        query_vector = provider.embed_query(query)
+        neighbours = fresh.nearest(provider, query, scope, offset + limit)[offset:]
     except EmbeddingError as exc:
         raise errors.unavailable("The embedding provider is unavailable; try again shortly.") from exc
-    neighbours = vector_index.nearest_memories(
-        provider=provider,
-        query_vector=query_vector,
-        namespace_prefix=scope.namespace_prefix,
-        attribute_filter=scope.attribute_filter,
-        count=offset + limit,
-    )[offset:]
     if not neighbours:
         return []
     now = timezone.now()
