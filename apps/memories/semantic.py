@@ -1,7 +1,8 @@
 """Semantic search (query mode, D4): embed the query, ANN in pgvector inside the caller's scope, then fetch and
 decrypt the matching active versions from the primary store.
 
-Only versions with vectors appear (no fallback to attribute search). A version deleted or superseded since it was
+Versions with vectors appear, and the newest short ones of the scope still waiting for the indexer (apps.memories.fresh:
+read your writes); no fallback to attribute search. A version deleted or superseded since it was
 indexed is skipped inside the ANN query (vector_index), so it takes no place on the page, before the indexer
 removes its vectors; the primary-store read below checks state and expiry once more, as it fetches the values.
 """

@@ -21,7 +21,6 @@ from apps.core import crypto, errors
 from apps.core.db.prepared import run_pipelined
 from apps.identity.principal import Principal
 from apps.limits import services as limits
-from apps.memories import fresh
 from apps.memories.indexer import INDEXER
 from apps.memories.models import EventKind, IndexStatus, MemoryEvent, MemoryState
 from apps.policy import get_engine, policy_context
@@ -158,25 +157,10 @@ PUT_SQL = (
         "CASE WHEN EXISTS (SELECT FROM closed WHERE state = 'superseded') THEN 'update' ELSE 'add' END, "
         "%(event_value)s, attributes, expires_at FROM version",
     )
-    + ")"
-)
-_PUT_RESULT = (
-    " SELECT appended.memory_id, appended.kind, version.created_at, version.expires_at "
+    + ") SELECT appended.memory_id, appended.kind, version.created_at, version.expires_at "
     "FROM appended LEFT JOIN version ON version.id = appended.memory_id CROSS JOIN charged"
 )
-# A PUT whose index the request embedded (apps.memories.fresh): the new version's vectors are inserted by the same
-# statement (one per non-blank field and chunk, scoped and expiring as the version), and the version is written
-# `indexed`, so the indexer never takes it. Its vectors become visible with the version itself.
-_INLINE_VECTORS = (
-    ", vectors AS (INSERT INTO memory_vectors (memory_id, field, chunk, model, namespace, attributes, expires_at, "
-    "embedding) SELECT version.id, f.field, f.chunk, %(vector_model)s, version.namespace, version.attributes, "
-    "version.expires_at, f.embedding::vector FROM version CROSS JOIN unnest(%(vector_fields)s::text[], "
-    "%(vector_chunks)s::int[], %(vector_embeddings)s::text[]) AS f(field, chunk, embedding))"
-)
-PUT_INLINE_SQL = PUT_SQL + _INLINE_VECTORS + _PUT_RESULT
-PUT_SQL += _PUT_RESULT
 PUT_STATEMENTS = (_ADDRESS_LOCK_SQL, PUT_SQL)
-PUT_INLINE_STATEMENTS = (_ADDRESS_LOCK_SQL, PUT_INLINE_SQL)
 # DELETE. Its rows: each event's kind, with the closed version's index_status ('indexed': it has vectors to remove).
 DELETE_STATEMENTS = (
     _ADDRESS_LOCK_SQL,
@@ -247,8 +231,6 @@ def put_memory(
         {"namespace": namespace, "key": key, "value": value, "index": index, "context": policy_context(principal)}
     )
 
-    # Embedded before the transaction: no lock is held while the model runs.
-    inline = fresh.embed_for_put(index) if index else None
     version_id, event_id = uuid.uuid4(), uuid.uuid4()
     params = {
         **write_params(namespace, key, MemoryState.SUPERSEDED),
@@ -257,16 +239,15 @@ def put_memory(
         "attributes": json.dumps(attributes),
         "indexed_content": json.dumps(index) if index else None,
         "ttl_seconds": ttl_seconds or None,
-        "index_status": IndexStatus.NONE if not index else IndexStatus.INDEXED if inline else IndexStatus.PENDING,
+        "index_status": IndexStatus.PENDING if index else IndexStatus.NONE,
         "event_id": event_id,
         "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
-        **(inline.params() if inline else {}),
     }
     # A refusal fails the statement and so the write. Inside a caller's atomic() (no savepoint of its own: that
     # would be two more round trips on every write) it leaves the caller's transaction failed, as any database error
     # does there: the caller lets the 403 out of its block, which rolls back.
     try:
-        rows = run_pipelined(PUT_INLINE_STATEMENTS if inline else PUT_STATEMENTS, params)
+        rows = run_pipelined(PUT_STATEMENTS, params)
     except DatabaseError as exc:
         limits.raise_if_refused(exc)  # 403 quota_exceeded
         raise

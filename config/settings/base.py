@@ -438,12 +438,12 @@ MEMORY_INDEXING_BATCH_TEXT_BYTES = env_int("MEMORY_INDEXING_BATCH_TEXT_BYTES", 2
 MEMORY_VECTOR_HNSW_M = env_int("MEMORY_VECTOR_HNSW_M", 16)
 MEMORY_VECTOR_HNSW_EF_CONSTRUCTION = env_int("MEMORY_VECTOR_HNSW_EF_CONSTRUCTION", 64)
 MEMORY_VECTOR_EF_SEARCH = env_int("MEMORY_VECTOR_EF_SEARCH", 100)
-# Read your writes (apps.memories.fresh). A PUT whose index text is at most this many characters in all is embedded
-# in the request and its vectors written in the PUT's transaction: a search issued after the PUT returned finds it
-# by meaning. Longer index text is embedded in the background. 0 = always in the background.
-MEMORY_INLINE_INDEX_MAX_CHARS = env_int("MEMORY_INLINE_INDEX_MAX_CHARS", 0)
-# Prototype (b): a search also embeds the newest this-many still-pending short versions of its scope.
-MEMORY_SEARCH_PENDING_LIMIT = env_int("MEMORY_SEARCH_PENDING_LIMIT", 0)
+# Read your writes by meaning (apps.memories.fresh): a search also scores the newest MEMORY_SEARCH_PENDING_LIMIT
+# versions of its scope that the indexer has not embedded yet, when their index text is at most
+# MEMORY_SEARCH_PENDING_MAX_CHARS characters in all, embedding them in its query's encoder pass (each once per web
+# process). 0 turns it off: a version is then found by meaning once the indexer has embedded it.
+MEMORY_SEARCH_PENDING_LIMIT = env_int("MEMORY_SEARCH_PENDING_LIMIT", 16)
+MEMORY_SEARCH_PENDING_MAX_CHARS = env_int("MEMORY_SEARCH_PENDING_MAX_CHARS", 200)
 MEMORY_VECTOR_MAX_CANDIDATES = env_int("MEMORY_VECTOR_MAX_CANDIDATES", 4000)
 CELERY_BEAT_SCHEDULE["memories-index"] = {
     "task": "apps.memories.tasks.index_pending_memories",
