@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
+from apps.core.db.prepared import bound_cursor
 from apps.memories import filters, vector_index
 from apps.memories.vector_index import Neighbour
 from apps.retrieval.embeddings import EmbeddingError, EmbeddingProvider
@@ -69,7 +69,9 @@ def pending_in_scope(scope: Any) -> list[Pending]:
         return []
     prefix_sql, prefix_params = filters.owner_prefix_sql(scope.namespace_prefix, "t.namespace")
     filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "t.attributes")
-    with connection.cursor() as cursor:
+    # Bound server-side (apps.core.db.prepared) but planned on every call: the prefix's selectivity picks the plan
+    # (the owner's queue index for a whole subtree, the namespace GIN index for a narrow prefix).
+    with bound_cursor() as cursor:
         cursor.execute(
             _PENDING_SQL.format(prefix=prefix_sql, filter=filter_sql),
             [timezone.now(), *prefix_params, *filter_params, int(settings.MEMORY_SEARCH_PENDING_MAX_CHARS), limit],
