@@ -1,7 +1,8 @@
 """Semantic search (query mode, D4): embed the query, ANN in pgvector inside the caller's scope, then fetch and
 decrypt the matching active versions from the primary store.
 
-Only versions with vectors appear (no fallback to attribute search). A version deleted or superseded since it was
+Versions with vectors appear, and the newest short ones of the scope still waiting for the indexer (apps.memories.fresh:
+read your writes); no fallback to attribute search. A version deleted or superseded since it was
 indexed is skipped inside the ANN query (vector_index), so it takes no place on the page, before the indexer
 removes its vectors; the primary-store read below checks state and expiry once more, as it fetches the values.
 """
@@ -15,7 +16,7 @@ from django.utils import timezone
 
 from apps.core import errors
 from apps.identity.principal import Principal
-from apps.memories import selectors, vector_index
+from apps.memories import fresh, selectors
 from apps.memories.models import Memory, MemoryState
 from apps.memories.responses import MemorySearchItem
 from apps.memories.services import VALUE_PURPOSE
@@ -31,16 +32,9 @@ def search(
     scope = selectors.scope_for(principal, namespace_prefix, filter)
     provider = get_provider()
     try:
-        query_vector = provider.embed_query(query)
+        neighbours = fresh.nearest(provider, query, scope, offset + limit)[offset:]
     except EmbeddingError as exc:
         raise errors.unavailable("The embedding provider is unavailable; try again shortly.") from exc
-    neighbours = vector_index.nearest_memories(
-        provider=provider,
-        query_vector=query_vector,
-        namespace_prefix=scope.namespace_prefix,
-        attribute_filter=scope.attribute_filter,
-        count=offset + limit,
-    )[offset:]
     if not neighbours:
         return []
     now = timezone.now()

@@ -439,6 +439,12 @@ MEMORY_INDEXING_BATCH_TEXT_BYTES = env_int("MEMORY_INDEXING_BATCH_TEXT_BYTES", 2
 MEMORY_VECTOR_HNSW_M = env_int("MEMORY_VECTOR_HNSW_M", 16)
 MEMORY_VECTOR_HNSW_EF_CONSTRUCTION = env_int("MEMORY_VECTOR_HNSW_EF_CONSTRUCTION", 64)
 MEMORY_VECTOR_EF_SEARCH = env_int("MEMORY_VECTOR_EF_SEARCH", 100)
+# Read your writes by meaning (apps.memories.fresh): a search also scores the newest MEMORY_SEARCH_PENDING_LIMIT
+# versions of its scope that the indexer has not embedded yet, when their index text is at most
+# MEMORY_SEARCH_PENDING_MAX_CHARS characters in all, embedding them in its query's encoder pass (each once per web
+# process). 0 turns it off: a version is then found by meaning once the indexer has embedded it.
+MEMORY_SEARCH_PENDING_LIMIT = env_int("MEMORY_SEARCH_PENDING_LIMIT", 16)
+MEMORY_SEARCH_PENDING_MAX_CHARS = env_int("MEMORY_SEARCH_PENDING_MAX_CHARS", 200)
 MEMORY_VECTOR_MAX_CANDIDATES = env_int("MEMORY_VECTOR_MAX_CANDIDATES", 4000)
 CELERY_BEAT_SCHEDULE["memories-index"] = {
     "task": "apps.memories.tasks.index_pending_memories",

@@ -215,18 +215,19 @@ def test_ttl_in_minutes_and_refresh_on_read_when_asked(live_service: LiveService
             store.put(ns, "bad", {"v": 4}, ttl=-1)
 
 
-@pytest.mark.django_db(transaction=True)  # the indexer's vectors must be committed for the live service to see them
+@pytest.mark.django_db(transaction=True)  # the live service writes: the tables are emptied afterwards
 def test_semantic_search_with_scores_offset_and_filters(live_service: LiveService) -> None:
-    from apps.memories import indexer
+    """Found by meaning as soon as put, as in LangGraph's own stores: no wait, and no indexer runs here (the
+    service's search reads your writes, README "Read your writes")."""
+    from apps.memories.models import IndexStatus, Memory
 
     ns = run_subtree()
     with make_store(live_service) as store:
         store.put(ns, "coffee", {"text": "bob drinks a flat white every morning", "kind": "drink"})
+        assert store.search(ns, query="flat white coffee")[0].key == "coffee"  # the line after the put
         store.put(ns, "tea", {"text": "bob drinks green tea in the afternoon", "kind": "drink"})
         store.put(ns, "lisbon", {"text": "bob plans a trip to lisbon", "kind": "travel"})
         store.put(ns, "hidden", {"text": "flat white coffee morning"}, index=False)
-        assert store.search(ns, query="flat white coffee") == []  # indexed in the background: nothing yet
-        assert indexer.run_cycle().indexed >= 3  # with the earlier tests' items (the store indexes by default)
         ranked = store.search(ns, query="flat white coffee morning")
         assert ranked[0].key == "coffee"
         assert {item.key for item in ranked} == {"coffee", "tea", "lisbon"}
@@ -239,6 +240,8 @@ def test_semantic_search_with_scores_offset_and_filters(live_service: LiveServic
         assert len(drinks) == 1 and drinks[0].value["kind"] == "drink"
     with make_store(live_service, index=False) as store:  # no semantic search: a query is ignored, as in LangGraph
         assert {item.key for item in store.search(ns, query="coffee")} == {"coffee", "tea", "lisbon", "hidden"}
+    # None of them had been embedded by an indexer: the search embedded them itself.
+    assert Memory.objects.filter(namespace=list(ns), state="active", index_status=IndexStatus.PENDING).count() == 3
 
 
 def test_another_user_is_refused_by_the_service_policy(live_service: LiveService) -> None:

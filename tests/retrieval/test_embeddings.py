@@ -212,6 +212,15 @@ def test_openai_query_and_check(server: FakeEmbeddingServer) -> None:
     assert provider.embed_documents([]) == []
 
 
+def test_openai_embeds_queries_with_documents_in_one_request(server: FakeEmbeddingServer) -> None:
+    """A search scoring versions the indexer has not reached yet (apps.memories.fresh) costs one request, not two."""
+    provider = make_provider(server.base_url)
+    queries, documents = provider.embed_with_documents(["where is the router"], ["router in the closet", "tea"])
+    assert queries == [pytest.approx(provider.embed_query("where is the router"))]
+    assert documents == [pytest.approx(vector) for vector in provider.embed_documents(["router in the closet", "tea"])]
+    assert server.requests[0]["body"]["input"] == ["where is the router", "router in the closet", "tea"]
+
+
 def test_openai_retries_500_then_succeeds(server: FakeEmbeddingServer, caplog: pytest.LogCaptureFixture) -> None:
     server.script = [500, 503]
     provider = make_provider(server.base_url)
@@ -431,6 +440,17 @@ def test_local_model_ranks_paraphrases_first(minilm: local_module.LocalEmbedding
         scores = [dot(q, d) for d in doc_vectors]
         assert max(range(3), key=scores.__getitem__) == expected, (query, scores)
         assert scores[expected] > max(s for i, s in enumerate(scores) if i != expected) + 0.1
+
+
+@pytest.mark.model
+def test_local_model_embeds_queries_with_documents_as_each_alone(minilm: local_module.LocalEmbeddingProvider) -> None:
+    """In one pass on the query runtime, a short document gets the vector the indexer stores for it (embed_chunked)
+    and the query its own: a version ranked before it is indexed scores what it will score after."""
+    documents = ["the router is in the hallway closet; reference SW8629", "bob drinks green tea"]
+    queries, vectors = minilm.embed_with_documents(["where is the router?"], documents)
+    assert dot(queries[0], minilm.embed_query("where is the router?")) > 0.99999
+    for vector, (stored,) in zip(vectors, minilm.embed_chunked(documents), strict=True):
+        assert dot(vector, stored) > 0.99999
 
 
 @pytest.mark.model

@@ -35,7 +35,10 @@ def test_web_and_worker_embed_on_onnxruntime_without_torch(django_db_setup, tmp_
         db_settings=connection.settings_dict,
         log_path=log_path,
         # The web server and the worker on one broker: each PUT's indexing request reaches the worker at once.
-        extra_env={"EMBEDDING_PROVIDER": "local", "LOG_LEVEL": "INFO", "REDIS_URL": broker},
+        # Searches find only what the worker embedded (none embeds what is still waiting for it: read your writes),
+        # so the worker's encoder is the one that made the documents' vectors.
+        extra_env={"EMBEDDING_PROVIDER": "local", "LOG_LEVEL": "INFO", "REDIS_URL": broker,
+                   "MEMORY_SEARCH_PENDING_LIMIT": "0"},
         workers=2,
     )
     worker = None

@@ -543,7 +543,9 @@ def test_up_restarts_killed_valkey_and_stopped_postgres_in_place_and_nothing_sta
 
     from tests.events.conftest import SSEClient
 
-    up = Up(up_data_dir, MEMORY_EPISODIC_INDEXING_INTERVAL="1", CONVERSATION_INDEXING_INTERVAL="1")
+    # A search shows only what the restarted worker indexed, none of what is still waiting for it (read your writes).
+    up = Up(up_data_dir, MEMORY_EPISODIC_INDEXING_INTERVAL="1", CONVERSATION_INDEXING_INTERVAL="1",
+            MEMORY_SEARCH_PENDING_LIMIT="0")
     stream = blocker = None
     try:
         up.wait_healthy()

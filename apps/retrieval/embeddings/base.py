@@ -55,6 +55,18 @@ class EmbeddingProvider(ABC):
         """Embed a search query. Symmetric models embed queries like documents; asymmetric ones override this."""
         return self.embed_documents([text])[0]
 
+    def embed_with_documents(
+        self, queries: list[str], documents: list[str]
+    ) -> tuple[list[list[float]], list[list[float]]]:
+        """Queries and documents (each short enough to embed whole) in one pass where the provider can: a search
+        that scores versions not indexed yet along with its query (apps.memories.fresh). A symmetric provider (one
+        that embeds queries as documents) makes one call of all of them; an asymmetric one embeds each its own way.
+        """
+        if type(self).embed_query is EmbeddingProvider.embed_query:
+            vectors = self.embed_documents([*queries, *documents])
+            return vectors[: len(queries)], vectors[len(queries) :]
+        return [self.embed_query(query) for query in queries], self.embed_documents(documents) if documents else []
+
     def check(self) -> None:
         """Readiness: raise :class:`EmbeddingError` unless the provider can embed right now.
 

@@ -91,14 +91,18 @@ class _QueryBatcher:
         self._pending: dict[Encoder, list[tuple[str, concurrent.futures.Future]]] = {}
 
     def embed(self, encoder: Encoder, text: str, batch_size: int) -> list[float]:
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        return self.embed_many(encoder, [text], batch_size)[0]
+
+    def embed_many(self, encoder: Encoder, texts: list[str], batch_size: int) -> list[list[float]]:
+        """Several texts, encoded in the same batch as each other (and as whatever else waits meanwhile)."""
+        futures: list[concurrent.futures.Future] = [concurrent.futures.Future() for _ in texts]
         with self._lock:
             pending = self._pending.setdefault(encoder, [])
-            pending.append((text, future))
-            schedule = len(pending) == 1  # otherwise a scheduled drain has not taken the list yet
+            schedule = not pending  # otherwise a scheduled drain has not taken the list yet
+            pending.extend(zip(texts, futures, strict=True))
         if schedule:
             _encode_thread().submit(self._drain, encoder, batch_size)
-        return future.result()
+        return [future.result() for future in futures]
 
     def _drain(self, encoder: Encoder, batch_size: int) -> None:
         with self._lock:
@@ -352,6 +356,19 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         except Exception as exc:
             raise EmbeddingError(f"{MODEL_NAME} failed to encode a query: {exc}") from exc
 
+    def embed_with_documents(
+        self, queries: list[str], documents: list[str]
+    ) -> tuple[list[list[float]], list[list[float]]]:
+        """all-MiniLM-L6-v2 is symmetric: a short document encoded on the query runtime is the vector the indexer
+        stores for it (to float rounding), so both kinds go through the query batcher, in one pass, on the device
+        the web processes use for queries."""
+        encoder = load(self.queries)
+        try:
+            vectors = _query_batcher.embed_many(encoder, [*queries, *documents], self.batch_size)
+        except Exception as exc:
+            raise EmbeddingError(f"{MODEL_NAME} failed to encode {len(queries) + len(documents)} texts: {exc}") from exc
+        return vectors[: len(queries)], vectors[len(queries) :]
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
@@ -383,4 +400,3 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         except Exception as exc:
             raise EmbeddingError(f"{MODEL_NAME} failed to encode {len(texts)} texts: {exc}") from exc
         return split_by_counts(vectors, counts)
-

@@ -102,9 +102,10 @@ class MemoryServiceStore(BaseStore, UsesClients):
       (as in LangGraph's stores).
     - **Indexing**: ``index`` (the store's default) and a put's ``index`` (a list of JSON paths, or ``False``) pick
       the texts exactly as LangGraph's stores do (``get_text_at_path``; a path matching several texts gives fields
-      ``path.0``, ``path.1``, ...); they are sent as the memory's ``index`` and embedded by the service in the
-      background, so a new item is found by ``query`` once the service's indexer has run. ``index=False`` on the
-      store disables semantic search (a ``query`` is then ignored, as in a LangGraph store without an index).
+      ``path.0``, ``path.1``, ...); they are sent as the memory's ``index``. An item whose index texts are short
+      (200 characters in all, the service's default) is found by ``query`` as soon as ``put`` returned, as in
+      LangGraph's own stores; a longer one once the service's indexer has embedded it (about a second).
+      ``index=False`` on the store disables semantic search (a ``query`` is then ignored, as in a LangGraph store without an index).
     - **Search**: ``query`` ranks by the service's default (meaning and words together where the service has both;
       ``score`` in [0, 1]); without one, items come newest first with ``score`` None. Several questions at once:
       :meth:`search_queries` / :meth:`asearch_queries` (``queries``, ``per_query_limit``, ``search_type``), whose
