@@ -137,7 +137,7 @@ def paired(label: str, workers: dict[str, Any], requests: int) -> dict[str, h.Ru
 
 def floor_rounds(args: argparse.Namespace, database_url: str, out: Latencies) -> None:
     from apps.encryption import crypto
-    from apps.memories import services
+    from apps.memories import keyword_index, services
 
     def put(charged: bool) -> Callable[[Any, int], None]:
         def call(conn: Any, i: int) -> None:
@@ -153,6 +153,7 @@ def floor_rounds(args: argparse.Namespace, database_url: str, out: Latencies) ->
                 "attributes": json.dumps({"namespace": "user", "sub": USER}), "indexed_content": None,
                 "ttl_seconds": None, "index_status": "none", "event_id": event_id,
                 "event_value": crypto.encrypt(serialized, purpose=services.EVENT_VALUE_PURPOSE, row_id=str(event_id)),
+                **keyword_index.document_params(None),
             })
             h.execute_pipelined(conn, services.PUT_STATEMENTS, params)
         return call

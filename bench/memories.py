@@ -165,7 +165,7 @@ class Floor:
     attributes: dict[str, Any] = field(default_factory=dict)
 
     def put(self, conn: Any, item: Item, size: int) -> None:
-        from apps.memories import services
+        from apps.memories import keyword_index, services
 
         # services.put_memory: address lock, then close + insert + event; one pipeline, one implicit transaction.
         version_id, event_id = uuid.uuid4(), uuid.uuid4()
@@ -179,6 +179,7 @@ class Floor:
             "index_status": "none",
             "event_id": event_id,
             "event_value": os.urandom(size),
+            **keyword_index.document_params(None),
         }
         h.execute_pipelined(conn, services.PUT_STATEMENTS, params)
 

@@ -7,9 +7,9 @@ For each data set size (``--sizes``, default 10k and 100k), on a private databas
 * search latency p50 / p95 / p99 and recall@10 against exact search (the same query with index scans disabled),
   for three scopes: bob's whole subtree, a namespace prefix holding ~1% of the rows, an attribute filter matching
   ~1% of the rows:
-  - embedding excluded: ``vector_index.nearest_memories`` (the ANN query alone) and ``semantic.search`` (scope
+  - embedding excluded: ``vector_index.nearest_memories`` (the ANN query alone) and ``memory_search.search`` (scope
     policy + ANN + fetch and decrypt), in-process, with precomputed query vectors;
-  - embedding included: ``semantic.search`` in-process with the local model, and ``POST /v1/memories/search``
+  - embedding included: ``memory_search.search`` in-process with the local model, and ``POST /v1/memories/search``
     over HTTP against the real server (gunicorn, as the Procfile starts it) with real query texts; with
     ``--backend onnx,torch`` once per runtime of the local model, side by side (a server each, interleaved);
   - LangGraph's ``PostgresStore`` (langgraph-checkpoint-postgres, HNSW index) on its own database of the same
@@ -436,15 +436,15 @@ def stub_provider(vectors: dict[str, list[float]]) -> Any:
 
 @contextlib.contextmanager
 def patched_provider(provider: Any) -> Iterator[None]:
-    """semantic.search resolves get_provider() from its module namespace: swap it there only."""
-    from apps.memories import semantic
+    """memory_search.search resolves get_provider() from its module namespace: swap it there only."""
+    from apps.memories import search as memory_search
 
-    original = semantic.get_provider
-    semantic.get_provider = lambda: provider
+    original = memory_search.get_provider
+    memory_search.get_provider = lambda: provider
     try:
         yield
     finally:
-        semantic.get_provider = original
+        memory_search.get_provider = original
 
 
 def bob() -> Any:
@@ -599,9 +599,10 @@ def statement_split(provider: Any, vectors: dict[str, list[float]], scope: Any, 
 def measure_ours(
     args: argparse.Namespace, data: DataSet, texts: list[str], locals_: dict[str, Any]
 ) -> tuple[list[Case], dict[str, Any]]:
-    """Per scope: the exact ground truth, then embedding excluded (nearest_memories alone; semantic.search with
-    the query vector precomputed) and included (semantic.search with the local model), recall against exact."""
-    from apps.memories import selectors, semantic
+    """Per scope: the exact ground truth, then embedding excluded (nearest_memories alone; memory_search.search with
+    the query vector precomputed) and included (memory_search.search with the local model), recall against exact."""
+    from apps.memories import search as memory_search
+    from apps.memories import selectors
 
     vectors = {f"q:{i}": data.query_vectors[i].tolist() for i in range(len(data.query_vectors))}
     provider = stub_provider(vectors)
@@ -627,22 +628,22 @@ def measure_ours(
                           value, n, f"{plan_label(plan)} ({detail} ms)", {"explain": plan, **split}))
 
         def search(i: int, v: Variant = variant) -> list[Any]:
-            items = semantic.search(
-                principal, namespace_prefix=v.prefix, query=f"q:{i % len(vectors)}", filter=v.filter, limit=LIMIT, offset=0
+            items = memory_search.search(
+                principal, search_type="semantic", namespace_prefix=v.prefix, query=f"q:{i % len(vectors)}", filter=v.filter, limit=LIMIT, offset=0
             )
             return [uuid.UUID(item["id"]) for item in items]
 
         with patched_provider(provider):
             samples, found = timed(q, args.max_seconds, search, args.recall_queries)
         value, n = mean_recall(found, truth)
-        cases.append(Case(data.size, variant.name, "ours", "semantic.search (policy+ANN+fetch+decrypt)", "excluded",
+        cases.append(Case(data.size, variant.name, "ours", "memory_search.search (policy+ANN+fetch+decrypt)", "excluded",
                           samples, value, n, plan_label(plan)))
         cases.append(Case(data.size, variant.name, "ours", "exact: same call, index scans off", "excluded",
                           exact_samples, 1.0, len(truth), plan_label(exact_plan), {"explain": exact_plan}))
 
         def search_text(i: int, v: Variant = variant) -> list[Any]:
-            items = semantic.search(
-                principal, namespace_prefix=v.prefix, query=texts[i % len(texts)], filter=v.filter, limit=LIMIT, offset=0
+            items = memory_search.search(
+                principal, search_type="semantic", namespace_prefix=v.prefix, query=texts[i % len(texts)], filter=v.filter, limit=LIMIT, offset=0
             )
             return [uuid.UUID(item["id"]) for item in items]
 
@@ -650,7 +651,7 @@ def measure_ours(
             with patched_provider(local):
                 samples, found = timed(q, args.max_seconds, search_text, args.recall_queries, warmup=5)
             value, n = mean_recall(found, truth)
-            cases.append(Case(data.size, variant.name, "ours", f"semantic.search + local model ({backend}), in-process",
+            cases.append(Case(data.size, variant.name, "ours", f"memory_search.search + local model ({backend}), in-process",
                               "included", samples, value, n, plan_label(plan), {"backend": backend}))
         for case in cases[-(3 + len(locals_)):]:
             h.log(f"{data.size:>7} {variant.name:<22} {case.path:<43} p50={case.ms(50):7.2f} p95={case.ms(95):7.2f} ms "
@@ -1260,7 +1261,7 @@ def main(argv: Sequence[str]) -> int:
     import numpy as np
 
     # Real questions, embedded once here (the "embedding excluded" query vectors) and again per call where the
-    # embedding is included (the server, or semantic.search with the local model).
+    # embedding is included (the server, or memory_search.search with the local model).
     texts = query_texts(args.queries, args.seed + 7)
     query_vectors = np.asarray(local.embed_documents(texts), dtype=np.float32)
     with_langgraph = not args.no_langgraph

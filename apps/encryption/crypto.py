@@ -71,6 +71,8 @@ class KeyRing:
     keys: dict[str, AESGCM]
     # kid -> a one-way fingerprint of the key bytes (key_fingerprint): lets hosts compare rings without sharing keys.
     fingerprints: dict[str, str] = field(default_factory=dict)
+    # kid -> the key bytes, only for derive_key (never logged: repr=False).
+    secrets: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def key(self, kid: str) -> AESGCM:
         try:
@@ -86,6 +88,7 @@ def parse_keyring(raw: str) -> KeyRing:
         raise ImproperlyConfigured(f"{_SETTING} is empty: set it to 'kid:base64key[,kid2:base64key...]'")
     keys: dict[str, AESGCM] = {}
     fingerprints: dict[str, str] = {}
+    secrets: dict[str, bytes] = {}
     order: list[str] = []
     for position, entry in enumerate(entries, start=1):
         kid, sep, encoded = entry.partition(":")
@@ -106,8 +109,9 @@ def parse_keyring(raw: str) -> KeyRing:
             )
         keys[kid] = AESGCM(key)
         fingerprints[kid] = key_fingerprint(key)
+        secrets[kid] = key
         order.append(kid)
-    return KeyRing(primary=order[0], keys=keys, fingerprints=fingerprints)
+    return KeyRing(primary=order[0], keys=keys, fingerprints=fingerprints, secrets=secrets)
 
 
 def key_fingerprint(key: bytes) -> str:
@@ -117,6 +121,19 @@ def key_fingerprint(key: bytes) -> str:
     import hmac
 
     return hmac.new(key, b"memory-service key fingerprint v1", hashlib.sha256).hexdigest()[:32]
+
+
+def derive_key(kid: str, purpose: str) -> bytes:
+    """A 32-byte key for ``purpose`` (e.g. keyed hashes of search terms), derived by HKDF-SHA256 from the ring's key
+    ``kid``: another purpose, or another key of the ring, gives an unrelated key, and the ring's key is never used
+    for two jobs. Rotating the ring's key rotates every key derived from it."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    secret = keyring().secrets.get(kid)
+    if secret is None:
+        raise DecryptionError(f"unknown encryption key id {kid!r}", key_id=kid, reason="unknown_key")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose.encode()).derive(secret)
 
 
 def _decode_key(encoded: str) -> bytes | None:

@@ -47,8 +47,8 @@ from apps.identity.principal import Principal
 from apps.mcp import schema
 from apps.memories import config as memory_config
 from apps.memories import responses as memory_responses
+from apps.memories import search as memory_search
 from apps.memories import selectors as memory_selectors
-from apps.memories import semantic as memory_semantic
 from apps.memories import serializers as memory_serializers
 from apps.memories import services as memory_services
 from apps.memories.models import EventKind
@@ -199,7 +199,9 @@ def delete_memory(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
 # The fields of MemorySearchSerializer that search_memories passes on. The serializer is the tool's arguments (and
 # schema), so a field added to the REST body appears in the tool at once; until it is handled here too it is
 # refused, never silently dropped (tests/mcp/test_units.py fails meanwhile).
-SEARCH_FIELDS_HANDLED = frozenset({"namespace_prefix", "query", "filter", "limit", "offset"})
+SEARCH_FIELDS_HANDLED = frozenset(
+    {"namespace_prefix", "query", "queries", "per_query_limit", "search_type", "filter", "limit", "offset"}
+)
 
 
 def search_memories(principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
@@ -209,15 +211,8 @@ def search_memories(principal: Principal, data: dict[str, Any]) -> dict[str, Any
         raise errors.validation_error({name: "not supported by this tool yet" for name in unhandled})
     limit = pagination.parse_limit(data.get("limit"), memory_serializers.SEARCH_LIMIT)
     offset = pagination.parse_offset(data.get("offset"))
-    if "query" in data:
-        items = memory_semantic.search(
-            principal,
-            namespace_prefix=data["namespace_prefix"],
-            query=data["query"],
-            filter=data.get("filter"),
-            limit=limit,
-            offset=offset,
-        )
+    if "query" in data or "queries" in data:
+        items = memory_search.search(principal, **memory_search.arguments(data), limit=limit, offset=offset)
     else:
         items = memory_selectors.search_by_attributes(
             principal, namespace_prefix=data["namespace_prefix"], filter=data.get("filter"), limit=limit, offset=offset
@@ -496,7 +491,8 @@ TOOLS: dict[str, Tool] = {
             "search_memories",
             "Search memories",
             "Memories under `namespace_prefix` the caller may read, as POST /v1/memories/search. With `query`: "
-            "ranked by meaning (`score` in [0, 1], best first). Without: newest first, by attribute `filter` only. "
+            "ranked by meaning and words (`score` in [0, 1], best first; `search_type` semantic or fulltext for one "
+            "of them); `queries` asks several questions at once and says in `matched_queries` which found each. Without: newest first, by attribute `filter` only. "
             "Page with `limit` and `offset`.",
             memory_serializers.MemorySearchSerializer,
             memory_responses.MemorySearchResponse,

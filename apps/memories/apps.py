@@ -16,6 +16,9 @@ class MemoriesConfig(AppConfig):
         # rotate_encryption_key re-encrypts these columns under the new primary key.
         crypto.register_encrypted_field("memories.Memory", "value_ciphertext", "memory.value")
         crypto.register_encrypted_field("memories.MemoryEvent", "value_ciphertext", "memory_event.value", "id")
+        from apps.memories import keyword_index
+
+        keyword_index.register_rotation()  # and re-hashes the keyword index's terms
 
         from apps.memories.indexer import INDEXER
         from apps.retrieval import indexing

@@ -37,7 +37,7 @@ from apps.memories import filters, vector_index
 from apps.memories.vector_index import Neighbour
 from apps.retrieval.embeddings import EmbeddingError, EmbeddingProvider
 
-__all__ = ["Pending", "embed_with_pending", "merge", "nearest", "pending_in_scope"]
+__all__ = ["Pending", "embed_with_pending", "merge", "pending_in_scope"]
 
 logger = logging.getLogger(__name__)
 
@@ -178,18 +178,3 @@ def merge(
 
 def _norm(vector: Sequence[float]) -> float:
     return math.sqrt(math.fsum(x * x for x in vector))
-
-
-def nearest(provider: EmbeddingProvider, query: str, scope: Any, count: int) -> list[Neighbour]:
-    """semantic.search's ranking: the ``count`` nearest memories of ``scope`` to ``query``, pending versions
-    included."""
-    pending = pending_in_scope(scope)
-    (query_vector,), pending_vectors = embed_with_pending(provider, [query], pending)
-    neighbours = vector_index.nearest_memories(
-        provider=provider,
-        query_vector=query_vector,
-        namespace_prefix=scope.namespace_prefix,
-        attribute_filter=scope.attribute_filter,
-        count=count,
-    )
-    return merge(neighbours, query_vector, pending_vectors, count)

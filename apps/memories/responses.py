@@ -45,8 +45,17 @@ class MemorySearchItem(Shape):
     value = serializers.DictField(allow_null=True, help_text="null only with value_error")
     value_error = _value_error()
     attributes = serializers.DictField(allow_null=True)
-    score = serializers.FloatField(allow_null=True, help_text="Cosine similarity in [0, 1]; null in attribute mode")
+    score = serializers.FloatField(
+        allow_null=True,
+        help_text="In [0, 1], higher is better (apps.memories.search: similarity, BM25 or both by search_type; "
+        "reciprocal-rank fusion with queries); null in attribute mode",
+    )
     created_at = serializers.DateTimeField()
+    matched_queries = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Only with queries: the purposes (the text where a purpose is absent) of the questions that found it",
+    )
 
 
 class MemorySearchResponse(Shape):

@@ -236,14 +236,61 @@ class SearchOffsetField(serializers.JSONField):
     """Validated by apps.core.pagination.parse_offset."""
 
 
+SEARCH_TYPES = ("auto", "semantic", "fulltext")
+MAX_QUERIES = 8
+MAX_PURPOSE_CHARS = 200
+MAX_PER_QUERY_LIMIT = 100
+
+
+class SearchQuerySerializer(StrictSerializer):
+    """One question of a multi-query search (D11)."""
+
+    text = StrictCharField(allow_blank=False, max_length=MAX_QUERY_CHARS)
+    purpose = StrictCharField(
+        required=False,
+        allow_blank=False,
+        max_length=MAX_PURPOSE_CHARS,
+        help_text="Names the question in each item's matched_queries (the text does where it is absent)",
+    )
+
+
 class MemorySearchSerializer(StrictSerializer):
     """POST /v1/memories/search body. Unknown fields are rejected."""
 
     namespace_prefix = serializers.ListField(child=_segment_field())
     query = StrictCharField(required=False, allow_blank=False, max_length=MAX_QUERY_CHARS)
+    queries = SearchQuerySerializer(
+        many=True,
+        required=False,
+        allow_empty=False,
+        max_length=MAX_QUERIES,
+        help_text="Several questions at once (D11), exclusive with query: each is ranked alone, the lists are fused "
+        "by reciprocal rank, and each item says in matched_queries which questions found it",
+    )
+    per_query_limit = StrictIntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_PER_QUERY_LIMIT,
+        help_text="With queries: how many results each question contributes before fusion (default: limit)",
+    )
+    search_type = serializers.ChoiceField(
+        choices=SEARCH_TYPES,
+        required=False,
+        help_text="With query or queries: auto (default; meaning and words together), semantic (meaning only) or "
+        "fulltext (words only)",
+    )
     filter = FilterField(required=False)
     limit = body_limit_field(SEARCH_LIMIT)(required=False)
     offset = SearchOffsetField(required=False)
+
+    def validate(self, data: dict) -> dict:
+        if "query" in data and "queries" in data:
+            raise serializers.ValidationError({"queries": "query and queries are exclusive: send one of them"})
+        if "per_query_limit" in data and "queries" not in data:
+            raise serializers.ValidationError({"per_query_limit": "applies only to a search with queries"})
+        if "search_type" in data and "query" not in data and "queries" not in data:
+            raise serializers.ValidationError({"search_type": "applies only to a search with query or queries"})
+        return data
 
 
 _SEARCH_FIELDS = frozenset(("namespace_prefix", "query", "filter", "limit", "offset"))

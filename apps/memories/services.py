@@ -22,6 +22,7 @@ from apps.core.db.prepared import run_pipelined
 from apps.encryption import crypto
 from apps.identity.principal import Principal
 from apps.limits import services as limits
+from apps.memories import keyword_index
 from apps.memories.indexer import INDEXER
 from apps.memories.models import EventKind, IndexStatus, MemoryEvent, MemoryState
 from apps.policy import get_engine, policy_context
@@ -139,6 +140,10 @@ _QUOTA_OWNER_SQL = "CASE WHEN namespace[1] = 'user' THEN namespace[2] END"
 _CLOSED_COUNT = "(SELECT count(*) FROM closed)"
 _CLOSED_BYTES = "(SELECT coalesce(sum(stored_bytes), 0) FROM closed)"
 
+# The keyword index (apps.memories.keyword_index) holds only active versions: a write's own statement removes the
+# closed version's terms and adds the new one's, so a search after the write matches its words and not the old ones.
+_TERMS_CLOSED = "terms_closed AS (DELETE FROM memory_terms WHERE memory_id IN (SELECT id FROM closed))"
+
 # PUT. The new version's INSERT reads the UPDATE's output (count(*) consumes all of it), so the old version has left
 # the partial unique index before the new one enters it. Its last rows: each event's memory_id and kind, with the
 # new version's created_at and expires_at on its own event's row (the response).
@@ -152,6 +157,10 @@ PUT_SQL = (
     "RETURNING id, namespace, key, attributes, created_at, expires_at, octet_length(value_ciphertext) AS stored_bytes), "
     f"charged AS MATERIALIZED (SELECT limits_charge(%(quota_user)s, {_QUOTAS}, ARRAY[1 - {_CLOSED_COUNT}, "
     f"(SELECT stored_bytes FROM version) - {_CLOSED_BYTES}], %(quota_limits)s::bigint[])), "
+    f"{_TERMS_CLOSED}, "
+    "terms_added AS (INSERT INTO memory_terms (term, memory_id, tf, dl, key_id) "
+    "SELECT u.term, version.id, u.tf, %(term_dl)s, %(term_key)s FROM version, "
+    "unnest(%(terms)s::bigint[], %(tfs)s::int[]) AS u(term, tf)), "
     "appended AS ("
     + _append_events_sql(
         f"{_CLOSED_EVENTS} UNION ALL SELECT 1, %(event_id)s, id, namespace, key, "  # noqa: S608
@@ -165,7 +174,8 @@ PUT_STATEMENTS = (_ADDRESS_LOCK_SQL, PUT_SQL)
 # DELETE. Its rows: each event's kind, with the closed version's index_status ('indexed': it has vectors to remove).
 DELETE_STATEMENTS = (
     _ADDRESS_LOCK_SQL,
-    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}), appended AS ({_append_events_sql(_CLOSED_EVENTS)}), "  # noqa: S608
+    f"WITH {_CLOCK}, closed AS ({_CLOSE_ACTIVE}), {_TERMS_CLOSED}, "  # noqa: S608
+    f"appended AS ({_append_events_sql(_CLOSED_EVENTS)}), "
     f"credited AS MATERIALIZED (SELECT limits_charge(%(quota_user)s, {_QUOTAS}, "
     f"ARRAY[-{_CLOSED_COUNT}, -{_CLOSED_BYTES}], NULL::bigint[])) "
     "SELECT appended.kind, closed.index_status FROM appended JOIN closed ON closed.id = appended.memory_id "
@@ -187,7 +197,8 @@ _CREDIT_EXPIRED = (
     "WHERE owner IS NOT NULL ORDER BY quota, owner) AS ordered)"
 )
 EXPIRE_SQL = (
-    f"WITH closed AS ({_DUE}), {_CREDIT_EXPIRED}, appended AS ({_append_events_sql(_CLOSED_EVENTS)}) "  # noqa: S608
+    f"WITH closed AS ({_DUE}), {_CREDIT_EXPIRED}, {_TERMS_CLOSED}, "  # noqa: S608
+    f"appended AS ({_append_events_sql(_CLOSED_EVENTS)}) "
     "SELECT appended.memory_id, appended.kind FROM appended WHERE (SELECT count(*) FROM credited) >= 0"
 )
 
@@ -243,6 +254,7 @@ def put_memory(
         "index_status": IndexStatus.PENDING if index else IndexStatus.NONE,
         "event_id": event_id,
         "event_value": crypto.encrypt(serialized, purpose=EVENT_VALUE_PURPOSE, row_id=str(event_id)),
+        **keyword_index.document_params(index),
     }
     # A refusal fails the statement and so the write. Inside a caller's atomic() (no savepoint of its own: that
     # would be two more round trips on every write) it leaves the caller's transaction failed, as any database error

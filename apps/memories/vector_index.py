@@ -167,3 +167,19 @@ def _approximate(
             return neighbours
         # Several vectors per memory crowded the candidates: widen and ask again.
         fetch = min(fetch * 4, settings.MEMORY_VECTOR_MAX_CANDIDATES)
+
+
+def distances(provider: EmbeddingProvider, query_vector: list[float], memory_ids: list[Any]) -> dict[Any, float]:
+    """The best distance of each of ``memory_ids`` (already in the caller's scope) to the query: the meaning half of
+    a hybrid score for memories the keyword index found and the ANN list did not. Those without vectors are absent."""
+    if not memory_ids:
+        return {}
+    dimension = int(provider.dimension)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT v.memory_id, min(v.embedding::vector({dimension}) <=> %s::vector({dimension})) "  # noqa: S608
+            f"FROM {TABLE} v WHERE v.memory_id = ANY(%s) AND v.model = %s AND vector_dims(v.embedding) = {dimension} "
+            "GROUP BY v.memory_id",
+            [vectors.vector_literal(query_vector), list(memory_ids), model_tag(provider)],
+        )
+        return {memory_id: float(best) for memory_id, best in cursor.fetchall() if not math.isnan(best)}

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from apps.core import errors, pagination
 from apps.core.requests import validated
 from apps.core.serializers import cursor_parameter, error_responses, limit_parameter
-from apps.memories import config, responses, selectors, semantic, serializers, services
+from apps.memories import config, responses, search, selectors, serializers, services
 from apps.memories.models import EventKind
 
 # Query schemas as strict as the validation behind them (serializers.MemoryAddressSerializer, _segments): the fuzzer
@@ -106,15 +106,8 @@ class MemorySearchView(APIView):
             data = validated(serializers.MemorySearchSerializer, request.data)
         limit = pagination.parse_limit(data.get("limit"), serializers.SEARCH_LIMIT)
         offset = pagination.parse_offset(data.get("offset"))
-        if "query" in data:
-            items = semantic.search(
-                request.user,
-                namespace_prefix=data["namespace_prefix"],
-                query=data["query"],
-                filter=data.get("filter"),
-                limit=limit,
-                offset=offset,
-            )
+        if "query" in data or "queries" in data:
+            items = search.search(request.user, **search.arguments(data), limit=limit, offset=offset)
         else:
             items = selectors.search_by_attributes(
                 request.user,

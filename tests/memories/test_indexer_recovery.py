@@ -37,7 +37,8 @@ def put(client, key: str, text: str) -> None:
 
 def searchable_keys(client, query: str) -> set[str]:
     response = client.post(
-        "/v1/memories/search", {"namespace_prefix": NS, "query": query, "limit": 100}, format="json"
+        "/v1/memories/search", {"namespace_prefix": NS, "query": query, "search_type": "semantic", "limit": 100},
+        format="json",
     )
     assert response.status_code == 200, response.content
     return {item["key"] for item in response.json()["items"]}

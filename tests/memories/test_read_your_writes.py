@@ -37,9 +37,10 @@ def delete(client, key, namespace=NS):
     assert response.status_code == 204, response.content
 
 
+# The meaning half of read your writes: search_type semantic (the words half: tests/memories/test_hybrid_search.py).
 def search(client, query, prefix=NS, **extra):
     response = client.post(
-        "/v1/memories/search", {"namespace_prefix": list(prefix), "query": query, **extra}, format="json"
+        "/v1/memories/search", {"namespace_prefix": list(prefix), "query": query, "search_type": "semantic", **extra}, format="json"
     )
     assert response.status_code == 200, response.content
     return response.json()["items"]

@@ -28,9 +28,10 @@ def put(client, key, text, *, namespace=NS, index=None, **extra):
     return response.json()
 
 
+# These tests are about ranking by meaning: search_type semantic (hybrid search: tests/memories/test_hybrid_search.py).
 def search(client, query, prefix=("user", "bob"), **extra):
     response = client.post(
-        "/v1/memories/search", {"namespace_prefix": list(prefix), "query": query, **extra}, format="json"
+        "/v1/memories/search", {"namespace_prefix": list(prefix), "query": query, "search_type": "semantic", **extra}, format="json"
     )
     assert response.status_code == 200, response.content
     return response.json()["items"]

@@ -107,7 +107,7 @@ def test_a_semantic_search_sets_its_planner_settings_in_one_round_trip(bob, warm
     settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = 2000 if plan == "exact" else 0
     put_ok(bob, NAMESPACE, "tea", {"n": 1}, index={"text": "bob likes green tea"})
     assert indexer.run_cycle().indexed == 1
-    body = {"namespace_prefix": NAMESPACE, "query": "green tea", "limit": 5}
+    body = {"namespace_prefix": NAMESPACE, "query": "green tea", "search_type": "semantic", "limit": 5}
 
     def search() -> list:
         response = bob.post("/v1/memories/search", body, format="json")

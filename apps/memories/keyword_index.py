@@ -1,0 +1,173 @@
+"""The memory keyword index (D11 "words and meaning"): ``memory_terms`` holds, per active version with index text,
+each term's keyed hash (apps.retrieval.keywords), its frequency and the version's length in terms, never the text.
+
+Written by the PUT in its own statement (services.PUT_SQL), so a search issued after the PUT returned finds its
+words; the terms of the version a PUT or DELETE closes leave in that same statement.
+
+Ranking is BM25 (apps.retrieval.lexical) with statistics taken inside the search's own scope only: ``N`` is the
+number of the scope's live versions that hold any of the query's terms and ``df`` how many of them hold each term.
+So another tenant's words never move a caller's scores, and the lookup reads only rows that match a query term
+(through the primary key ``(term, memory_id)``), never a count of the whole scope. Within the set that matches,
+a term every match shares weighs almost nothing and a term one match holds weighs most: "order status for reference
+SW8629" is decided by SW8629. The raw sum is divided by the query's ceiling (lexical.ceiling over all its terms, a
+term nobody holds counting at df = 0), so a version that matches only a query's common words scores low.
+
+Terms are hashed under a key derived from the ring's primary key; a search hashes its terms under every key id the
+index still holds, so rows written before a rotation keep matching until ``rotate_encryption_key`` re-hashes them
+(registered here as one of its rotators).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from apps.encryption import crypto
+from apps.memories import filters
+from apps.retrieval import keywords, lexical
+
+ROTATION_LABEL = "memory keyword index"
+_BATCH = 500
+
+
+def document_params(index: dict[str, str] | None) -> dict[str, Any]:
+    """The PUT statement's parameters for the new version's terms (none without index text)."""
+    kid = crypto.primary_key_id()
+    if not index:
+        return {"terms": [], "tfs": [], "term_dl": 0, "term_key": kid}
+    hashes, tfs, length = keywords.hashed_document(keywords.term_key(kid), index.values())
+    return {"terms": hashes, "tfs": tfs, "term_dl": length, "term_key": kid}
+
+
+def _key_ids() -> list[str]:
+    """The key ids the index may hold: the ring's, primary first (a row under a key the ring lacks cannot be matched,
+    and the readiness checks already report that key missing)."""
+    ring = crypto.keyring()
+    return [ring.primary, *sorted(kid for kid in ring.keys if kid != ring.primary)]
+
+
+def _query_hashes(text: str) -> tuple[list[int], list[int]]:
+    """(hash, slot) pairs of the query's terms under every key id of the ring; ``slot`` numbers the term."""
+    words = keywords.query_terms(text)
+    hashes, slots = [], []
+    for kid in _key_ids() if words else ():
+        key = keywords.term_key(kid)
+        for slot, word in enumerate(words):
+            hashes.append(keywords.term_hash(key, word))
+            slots.append(slot)
+    return hashes, slots
+
+
+def ranked(scope: Any, text: str, count: int) -> list[tuple[Any, float]]:
+    """The ``count`` best (memory id, score in [0, 1]) of ``scope`` (a selectors.Scope) for ``text`` by its words."""
+    hashes, slots = _query_hashes(text)
+    if not hashes or count <= 0:
+        return []
+    prefix_sql, prefix_params = filters.namespace_prefix_sql(scope.namespace_prefix, "m.namespace")
+    filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "m.attributes")
+    idf = lexical.idf_sql("coalesce(s.df, 0)", "c.n")
+    weight = lexical.term_weight_sql(lexical.idf_sql("s.df", "c.n"), "h.tf", "h.dl", "c.avgdl")
+    sql = f"""
+        WITH q AS (SELECT * FROM unnest(%s::bigint[], %s::int[]) AS q(term, slot)),
+        hits AS MATERIALIZED (
+            SELECT t.memory_id, q.slot, t.tf, t.dl
+            FROM q JOIN memory_terms t ON t.term = q.term JOIN memories m ON m.id = t.memory_id
+            WHERE m.state = 'active' AND (m.expires_at IS NULL OR m.expires_at > %s) AND {prefix_sql} AND {filter_sql}
+        ),
+        stats AS (SELECT slot, count(*)::float8 AS df FROM hits GROUP BY slot),
+        corpus AS (SELECT count(DISTINCT memory_id)::float8 AS n, avg(dl)::float8 AS avgdl FROM hits),
+        ceiling AS (
+            SELECT sum({idf}) * {lexical.K1 + 1} AS value
+            FROM (SELECT DISTINCT slot FROM q) qs LEFT JOIN stats s USING (slot) CROSS JOIN corpus c
+        )
+        SELECT h.memory_id, least(1.0, sum({weight}) / max(ceiling.value)) AS score
+        FROM hits h JOIN stats s USING (slot) CROSS JOIN corpus c CROSS JOIN ceiling
+        GROUP BY h.memory_id ORDER BY score DESC, h.memory_id LIMIT %s
+    """  # noqa: S608 - fragments come from code; values are bound parameters
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [hashes, slots, timezone.now(), *prefix_params, *filter_params, count])
+        return [(memory_id, float(score)) for memory_id, score in cursor.fetchall()]
+
+
+# --- Rebuilding: the migration's backfill and key rotation ---------------------------------------------------------
+
+
+def _reindex(cursor: Any, rows: list[tuple[Any, Any]], kid: str) -> None:
+    """Replace the terms of these (id, indexed_content) versions by their hashes under ``kid``."""
+    key = keywords.term_key(kid)
+    ids, terms, tfs, dls = [], [], [], []
+    for memory_id, content in rows:
+        content = json.loads(content) if isinstance(content, str) else (content or {})
+        hashes, frequencies, length = keywords.hashed_document(key, content.values())
+        ids.extend([memory_id] * len(hashes))
+        terms.extend(hashes)
+        tfs.extend(frequencies)
+        dls.extend([length] * len(hashes))
+    cursor.execute("DELETE FROM memory_terms WHERE memory_id = ANY(%s)", [[memory_id for memory_id, _ in rows]])
+    cursor.execute(
+        "INSERT INTO memory_terms (memory_id, term, tf, dl, key_id) "
+        "SELECT u.memory_id, u.term, u.tf, u.dl, %s FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::int[]) "
+        "AS u(memory_id, term, tf, dl) ON CONFLICT DO NOTHING",
+        [kid, ids, terms, tfs, dls],
+    )
+
+
+def rebuild_missing(db: Any = connection) -> int:
+    """Index the active versions with index text that have no terms (written before the index existed)."""
+    kid, done = crypto.primary_key_id(), 0
+    with db.cursor() as cursor:
+        while True:
+            cursor.execute(
+                "SELECT m.id, m.indexed_content FROM memories m WHERE m.state = 'active' "
+                "AND m.indexed_content IS NOT NULL AND NOT EXISTS (SELECT FROM memory_terms t WHERE t.memory_id = m.id) "
+                "ORDER BY m.id LIMIT %s",
+                [_BATCH],
+            )
+            rows = cursor.fetchall()
+            if rows:
+                _reindex(cursor, rows, kid)
+                done += len(rows)
+            if len(rows) < _BATCH:
+                return done
+
+
+def _stale_sql() -> str:
+    return "SELECT DISTINCT t.memory_id FROM memory_terms t WHERE t.key_id <> %s"
+
+
+def _count_stale() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM ({_stale_sql()}) s", [crypto.primary_key_id()])  # noqa: S608
+        return int(cursor.fetchone()[0])
+
+
+def _rotate(primary: str, progress: Callable[[int], object], dry_run: bool) -> crypto.BlobRotation:
+    """Re-hash every version whose terms were hashed under another key than ``primary`` (rotate_encryption_key)."""
+    from django.db import transaction
+
+    rotated = 0
+    if dry_run:
+        return crypto.BlobRotation(rotated=_count_stale())
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT m.id, m.indexed_content FROM memories m WHERE m.id IN ({_stale_sql()} LIMIT %s) "  # noqa: S608
+                "FOR UPDATE OF m",
+                [primary, _BATCH],
+            )
+            rows = cursor.fetchall()
+            if rows:
+                _reindex(cursor, rows, primary)
+                rotated += len(rows)
+            progress(len(rows))
+        if len(rows) < _BATCH:
+            break
+    return crypto.BlobRotation(rotated=rotated, skipped=_count_stale())
+
+
+def register_rotation() -> None:
+    crypto.register_blob_rotator(crypto.BlobRotator(ROTATION_LABEL, _count_stale, _rotate))

@@ -1,0 +1,234 @@
+"""Words and meaning (D11, issue 30 items 1-3): memory search ranks by both by default (``search_type`` auto), by
+words alone (fulltext) from the keyword index written in the PUT's own transaction, and answers several questions at
+once (``queries``). The keyword index holds keyed term hashes, never text, and its statistics come from the
+caller's own scope."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from functools import partial
+from io import StringIO
+
+import pytest
+import requests
+from django.core.management import call_command
+from django.db import connection
+
+from apps.memories import indexer
+from tests.concurrency import run_concurrently
+from tests.memories.conftest import SEARCH, put_ok, search
+
+pytestmark = pytest.mark.django_db
+
+NS = ["user", "bob", "notes"]
+K1 = base64.b64encode(b"1" * 32).decode()
+K2 = base64.b64encode(b"2" * 32).decode()
+
+
+def find(client, query=None, prefix=NS, **body):
+    if query is not None:
+        body["query"] = query
+    response = search(client, prefix, **body)
+    assert response.status_code == 200, response.content
+    return response.json()["items"]
+
+
+def keys(client, query, **body):
+    return [item["key"] for item in find(client, query, **body)]
+
+
+def remember(client, key, text, prefix=NS, **extra):
+    return put_ok(client, prefix, key, {"text": text}, index={"text": text}, **extra)
+
+
+CODES = [f"SW{8620 + n}" for n in range(10)]
+PLACES = ["hallway closet", "garage shelf", "attic box", "kitchen drawer", "office desk", "basement rack",
+          "bedroom cupboard", "porch bench", "garden shed", "study cabinet"]  # fmt: skip
+
+
+@pytest.fixture
+def coded_store(bob):
+    """The issue's probe: 10 memories carrying a reference code, 20 about order status (words close in meaning)."""
+    for n, code in enumerate(CODES):
+        remember(bob, f"code{n}", f"the router is in the {PLACES[n]}; reference {code}.")
+    for n in range(20):
+        remember(bob, f"order{n}", f"order status update {n}: the order status of parcel {n} is shipped and on its way")
+    return bob
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["words only so far", "indexed"])
+@pytest.mark.parametrize("search_type", ["auto", "fulltext"])
+def test_a_reference_code_finds_its_memory_among_order_status_look_alikes(coded_store, indexed, search_type):
+    if indexed:
+        indexer.run_cycle()
+    found = 0
+    for n, code in enumerate(CODES):
+        top3 = keys(coded_store, f"order status for reference {code}", search_type=search_type, limit=3)
+        found += f"code{n}" in top3
+    assert found == 10
+
+
+def test_words_are_found_right_after_the_put_and_the_old_words_leave_with_replace_and_delete(bob):
+    remember(bob, "pet", "the cat is called Zorblax")
+    assert keys(bob, "Zorblax", search_type="fulltext") == ["pet"]  # no indexer run: written in the PUT
+    remember(bob, "pet", "the dog is called Quibbert")
+    assert keys(bob, "Zorblax", search_type="fulltext") == []
+    assert keys(bob, "Quibbert", search_type="fulltext") == ["pet"]
+    assert bob.delete("/v1/memories?ns=user&ns=bob&ns=notes&key=pet").status_code == 204
+    assert keys(bob, "Quibbert", search_type="fulltext") == []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM memory_terms")
+        assert cursor.fetchone()[0] == 0  # a closed version's terms leave in its write
+
+
+def test_the_index_holds_hashes_never_text(bob):
+    remember(bob, "secret", "the vault code is Marmalade7")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT term::text, tf, dl, key_id FROM memory_terms")
+        rows = cursor.fetchall()
+        cursor.execute("SELECT * FROM memory_terms")
+        dump = repr(cursor.fetchall()).lower()
+    assert len(rows) == 3 and {row[2] for row in rows} == {3}  # vault, code, marmalade7 ("the", "is" dropped)
+    assert "marmalade" not in dump and "vault" not in dump
+
+
+def test_scores_stay_in_unit_range_and_rare_words_outweigh_common_ones(bob):
+    for n in range(12):
+        remember(bob, f"common{n}", f"meeting notes for the weekly meeting number {n}")
+    remember(bob, "rare", "meeting with Ingeborg about the budget")
+    items = find(bob, "meeting Ingeborg", search_type="fulltext", limit=20)
+    assert items[0]["key"] == "rare"
+    assert all(0.0 <= item["score"] <= 1.0 for item in items)
+    assert items[0]["score"] > 3 * items[1]["score"]
+    for search_type in ("auto", "semantic"):
+        assert all(0.0 <= item["score"] <= 1.0 for item in find(bob, "meeting Ingeborg", search_type=search_type))
+
+
+def test_another_users_words_never_move_my_scores(bob, alice):
+    remember(bob, "a", "quarterly revenue forecast for the north region")
+    remember(bob, "b", "revenue is flat")
+    before = [(item["key"], item["score"]) for item in find(bob, "revenue forecast", search_type="fulltext")]
+    for n in range(30):
+        remember(alice, f"x{n}", "revenue revenue forecast", prefix=["user", "alice", "notes"])
+    after = [(item["key"], item["score"]) for item in find(bob, "revenue forecast", search_type="fulltext")]
+    assert after == before
+    assert keys(bob, "revenue forecast", search_type="fulltext", limit=50) == ["a", "b"]  # never alice's
+
+
+def test_filters_prefixes_and_expiry_apply_to_words(bob):
+    put_ok(bob, NS, "red", {"v": 1}, index={"text": "apple pie recipe"})
+    put_ok(bob, ["user", "bob", "other"], "elsewhere", {"v": 1}, index={"text": "apple pie recipe"})
+    put_ok(bob, NS, "gone", {"v": 1}, index={"text": "apple pie recipe"}, ttl_seconds=1)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE memories SET expires_at = now() - interval '1 second' WHERE key = 'gone'")
+    for search_type in ("fulltext", "auto"):
+        assert keys(bob, "apple pie", search_type=search_type) == ["red"]
+        assert set(keys(bob, "apple pie", prefix=["user", "bob"], search_type=search_type)) == {"red", "elsewhere"}
+        assert keys(bob, "apple pie", search_type=search_type, filter={"key": "nothing"}) in ([], ["red"])
+
+
+def test_auto_answers_by_words_when_the_embedder_is_down(bob, monkeypatch):
+    from apps.memories import fresh
+    from apps.retrieval.embeddings import EmbeddingError
+
+    remember(bob, "k", "the spare key is under the blue flowerpot")
+
+    def down(*_args, **_kwargs):
+        raise EmbeddingError("down")
+
+    monkeypatch.setattr(fresh, "embed_with_pending", down)
+    assert keys(bob, "blue flowerpot") == ["k"]
+    response = search(bob, NS, query="blue flowerpot", search_type="semantic")
+    assert response.status_code == 503
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"query": "a", "search_type": "fuzzy"}, "search_type"),
+        ({"search_type": "auto"}, "search_type"),
+        ({"query": "a", "queries": [{"text": "b"}]}, "queries"),
+        ({"queries": []}, "queries"),
+        ({"queries": [{"text": f"q{n}"} for n in range(9)]}, "queries"),
+        ({"queries": [{"text": ""}]}, "queries"),
+        ({"queries": [{"text": "a", "why": "b"}]}, "queries"),
+        ({"queries": [{"text": "a", "purpose": ""}]}, "queries"),
+        ({"queries": ["a"]}, "queries"),
+        ({"query": "a", "per_query_limit": 5}, "per_query_limit"),
+        ({"queries": [{"text": "a"}], "per_query_limit": 0}, "per_query_limit"),
+        ({"queries": [{"text": "a"}], "per_query_limit": 101}, "per_query_limit"),
+    ],
+)
+def test_bad_search_bodies_are_400_naming_the_field(bob, body, field):
+    response = search(bob, NS, **body)
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "validation_error"
+    assert any(name.split(".")[0] == field for name in response.json()["details"]["fields"])
+
+
+def test_several_questions_at_once_say_which_found_each_item(bob):
+    remember(bob, "diet", "bob is vegetarian and loves ramen")
+    remember(bob, "trip", "bob flies to Lisbon in May")
+    remember(bob, "both", "bob wants vegetarian food in Lisbon")
+    items = find(
+        bob,
+        queries=[{"text": "vegetarian ramen", "purpose": "diet"}, {"text": "Lisbon flight"}],
+        search_type="fulltext",
+    )
+    matched = {item["key"]: item["matched_queries"] for item in items}
+    assert matched == {"diet": ["diet"], "trip": ["Lisbon flight"], "both": ["diet", "Lisbon flight"]}
+    assert items[0]["key"] == "both"  # found by both questions
+    assert all(0.0 <= item["score"] <= 1.0 for item in items)
+    assert "matched_queries" not in find(bob, "vegetarian", search_type="fulltext")[0]  # only multi-query answers
+
+
+def test_per_query_limit_bounds_each_questions_share(bob):
+    for n in range(6):
+        remember(bob, f"tea{n}", f"green tea number {n}")
+        remember(bob, f"cake{n}", f"lemon cake number {n}")
+    items = find(bob, queries=[{"text": "green tea"}, {"text": "lemon cake"}], per_query_limit=2, search_type="fulltext")
+    assert len(items) == 4
+    assert sorted(item["matched_queries"][0] for item in items) == ["green tea"] * 2 + ["lemon cake"] * 2
+
+
+@pytest.mark.usefixtures("own_key_rings")
+def test_rotation_rehashes_the_terms_and_they_keep_matching_throughout(bob, settings):
+    settings.MEMORY_ENCRYPTION_KEYS = f"k1:{K1}"
+    remember(bob, "old", "the parrot is named Quetzal")
+    settings.MEMORY_ENCRYPTION_KEYS = f"k2:{K2},k1:{K1}"  # promoted: new writes hash under k2, old rows under k1
+    remember(bob, "new", "Quetzal also likes seeds")
+    assert sorted(keys(bob, "Quetzal", search_type="fulltext")) == ["new", "old"]
+    out = StringIO()
+    call_command("rotate_encryption_key", stdout=out, no_progress=True)
+    assert "memory keyword index: rotated 1" in out.getvalue()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT key_id FROM memory_terms")
+        assert cursor.fetchall() == [("k2",)]
+    settings.MEMORY_ENCRYPTION_KEYS = f"k2:{K2}"  # k1 retired
+    assert sorted(keys(bob, "Quetzal", search_type="fulltext")) == ["new", "old"]
+
+
+@pytest.mark.django_db(transaction=True)  # the live service sees only committed rows
+def test_32_concurrent_writers_of_one_key_leave_only_the_active_versions_terms(bob_http):
+    base_url, headers = bob_http
+    ns = ["user", "bob", f"race-{uuid.uuid4().hex[:8]}"]
+
+    def write(n: int) -> int:
+        body = {"namespace": ns, "key": "k", "value": {"n": n}, "index": {"text": f"word{n} shared"}}
+        return requests.put(f"{base_url}/v1/memories", json=body, headers=headers, timeout=60).status_code
+
+    assert run_concurrently([partial(write, n) for n in range(32)]) == [200] * 32
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT m.state FROM memory_terms t JOIN memories m ON m.id = t.memory_id WHERE m.namespace = %s",
+            [ns],
+        )
+        assert cursor.fetchall() == [("active",)]
+    response = requests.post(
+        f"{base_url}{SEARCH}",
+        json={"namespace_prefix": ns, "query": "shared", "search_type": "fulltext"},
+        headers=headers,
+        timeout=60,
+    )
+    assert [item["key"] for item in response.json()["items"]] == ["k"]
