@@ -35,7 +35,7 @@ from django.db import connection
 from apps.conversations import selectors, vector_index
 from apps.conversations.responses import SearchResult, UnindexedItem
 from apps.core import errors, pagination
-from apps.retrieval import vectors
+from apps.retrieval import lexical, vectors
 from apps.retrieval.embeddings import EmbeddingError, get_provider
 from apps.sharing import access
 
@@ -43,10 +43,9 @@ logger = logging.getLogger(__name__)
 
 TS_CONFIG = "english"  # fixed: the generated search_vector column (migration 0002) uses the same configuration
 SEARCH_TYPES = ("auto", "fulltext", "semantic")
-HEADLINE_OPTIONS = "StartSel=**, StopSel=**, MaxWords=35, MinWords=12, MaxFragments=2, FragmentDelimiter=\" … \""
-# The tsquery the user's text compiles to. The prefix form turns the last lexeme 'x' into 'x':*.
-_TSQUERY = f"websearch_to_tsquery('{TS_CONFIG}', %s)"
-_TSQUERY_PREFIX = f"regexp_replace(websearch_to_tsquery('{TS_CONFIG}', %s)::text, '''$', ''':*')::tsquery"
+HEADLINE_OPTIONS = 'StartSel=**, StopSel=**, MaxWords=35, MinWords=12, MaxFragments=2, FragmentDelimiter=" … "'
+MAX_QUERY_TERMS = 24  # a query's lexemes that rank (in query order): bounds the terms joined per candidate
+MIN_PREFIX_CHARS = 3  # a shorter last word is matched whole: "b":* would make most of the scope a candidate
 
 
 @dataclass(frozen=True)
@@ -78,46 +77,173 @@ def _prefix_last_word(query: str) -> bool:
     return not last.startswith(("-", '"')) and last.lower() != "or"
 
 
-def tsquery_sql(query: str) -> tuple[str, list[Any]]:
-    return (_TSQUERY_PREFIX if _prefix_last_word(query) else _TSQUERY), [query]
+# websearch syntax, read the way websearch_to_tsquery reads it: "a phrase" (an unclosed quote runs to the end),
+# -word and -"a phrase" exclude, "or" between words is the operator (every word is optional here anyway).
+_PIECE = re.compile(r'(-?)"([^"]*)"?|(\S+)')
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    """A full-text query: ``words`` rank (any may match; the last one also as a prefix when ``prefix_last``),
+    ``phrases`` must all be present in that order (their words rank too), ``excluded`` must be absent."""
+
+    words: tuple[str, ...]
+    phrases: tuple[str, ...]
+    excluded: tuple[str, ...]
+    prefix_last: bool
+
+    @property
+    def filter_text(self) -> str:
+        """The phrases and exclusions as websearch text: what a candidate must satisfy besides matching a term."""
+        return " ".join([*(f'"{p}"' for p in self.phrases), *(f'-"{x}"' for x in self.excluded)])
+
+
+def parse_query(query: str) -> ParsedQuery:
+    words: list[str] = []
+    phrases: list[str] = []
+    excluded: list[str] = []
+    for match in _PIECE.finditer(query.replace("\x00", " ")):
+        negated, phrase, word = match.group(1), match.group(2), match.group(3)
+        if phrase is not None:
+            (excluded if negated else phrases).append(phrase.replace('"', " "))
+        elif word.startswith("-") and len(word) > 1:
+            excluded.append(word[1:].replace('"', " "))
+        elif word.lower() != "or":
+            words.append(word.replace('"', " "))
+    return ParsedQuery(tuple(words), tuple(phrases), tuple(excluded), _prefix_last_word(query) and bool(words))
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The query's distinct lexemes (at most MAX_QUERY_TERMS, in query order) and which are prefixes."""
+
+    lexemes: list[str]
+    prefix: list[bool]
+    filter_text: str
+
+    @property
+    def tsquery(self) -> str:
+        """Any of the terms, as tsquery input (lexemes quoted: they may hold any character)."""
+        quoted = [
+            "'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" + (":*" if pre else "")
+            for lex, pre in zip(self.lexemes, self.prefix, strict=True)
+        ]
+        return " | ".join(quoted)
+
+
+# Each piece's lexemes; those of the piece numbered by the first parameter (the last bare word) are prefixes.
+_TERMS_SQL = f"""
+    SELECT u.lexeme, w.ord = %s AND length(u.lexeme) >= %s
+    FROM unnest(%s::text[]) WITH ORDINALITY AS w(piece, ord), LATERAL unnest(to_tsvector('{TS_CONFIG}', w.piece)) AS u
+    ORDER BY w.ord, u.positions[1], u.lexeme
+"""  # noqa: S608 - the configuration is a constant
+
+
+def query_terms(query: str) -> Terms:
+    """The lexemes the query's words and phrases stem to (the search_vector's configuration), in one round trip."""
+    parsed = parse_query(query)
+    pieces = [*parsed.phrases, *parsed.words]
+    last = len(pieces) if parsed.prefix_last else 0  # 1-based ordinality of the prefix word; 0: none
+    if not pieces:
+        return Terms([], [], parsed.filter_text)
+    with connection.cursor() as cursor:
+        cursor.execute(_TERMS_SQL, [last, MIN_PREFIX_CHARS, pieces])
+        rows = cursor.fetchall()
+    seen: dict[tuple[str, bool], None] = {}
+    for lexeme, prefix in rows:
+        seen.setdefault((lexeme, bool(prefix)), None)
+    chosen = list(seen)[:MAX_QUERY_TERMS]
+    return Terms([lex for lex, _ in chosen], [pre for _, pre in chosen], parsed.filter_text)
 
 
 # --- Full-text --------------------------------------------------------------------------------------------------
 
 
-def fulltext_hits(scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None) -> list[Hit]:
-    """The best ``limit`` conversations by their best-ranked entry, after the keyset position ``after``."""
-    tsq_sql, tsq_params = tsquery_sql(query)
+def _scope_sql(scope: SearchScope) -> tuple[str, list[Any]]:
+    """The searchable entries of the scope: ``(id, conversation_id, search_vector)``, history of live
+    conversations, the caller's member trees (or every one, for admin search)."""
     if scope.user_id is None:
-        source = "conversations c JOIN conversation_entries e ON e.conversation_id = c.id"
-        where, params = ["c.deleted_at IS NULL"], []
-    else:
-        trees = access.member_trees(scope.user_id)
-        source = (
-            f"{trees.sql} m JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
-            "JOIN conversation_entries e ON e.conversation_id = c.id"
-        )
-        where, params = ["TRUE"], [*trees.params]
+        return (
+            "SELECT e.id, e.conversation_id, e.search_vector FROM conversations c "
+            "JOIN conversation_entries e ON e.conversation_id = c.id "
+            "WHERE c.deleted_at IS NULL AND e.channel = 'history'"
+        ), []
+    trees = access.member_trees(scope.user_id)
+    return (
+        f"SELECT e.id, e.conversation_id, e.search_vector FROM {trees.sql} m "  # noqa: S608 - fragment from code
+        "JOIN conversations c ON c.root_id = m.root_id AND c.deleted_at IS NULL "
+        "JOIN conversation_entries e ON e.conversation_id = c.id WHERE e.channel = 'history'"
+    ), [*trees.params]
+
+
+def fulltext_hits(
+    scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None, terms: Terms | None = None
+) -> list[Hit]:
+    """The best ``limit`` conversations by their best entry's BM25 score (apps.retrieval.lexical), after the
+    keyset position ``after``. df, N and the mean length are the scope's own: another tenant's texts never move
+    these scores."""
+    terms = terms if terms is not None else query_terms(query)
+    if not terms.lexemes:
+        return []
+    scope_sql, scope_params = _scope_sql(scope)
+    filter_sql, filter_params = "TRUE", []
+    if terms.filter_text:  # bound where the FROM below names it (filter_from)
+        # An exclusion or phrase of stop words alone compiles to an empty tsquery, which would match nothing.
+        filter_sql = "(numnode(fq.q) = 0 OR c.search_vector @@ fq.q)"
+        filter_params = [terms.filter_text]
+    filter_from = f", (SELECT websearch_to_tsquery('{TS_CONFIG}', %s) AS q) fq" if terms.filter_text else ""
     keyset, keyset_params = "TRUE", []
     if after is not None:
-        keyset = "(b.rank < %s OR (b.rank = %s AND b.conversation_id > %s))"
+        keyset = "(b.score < %s OR (b.score = %s AND b.conversation_id > %s))"
         keyset_params = [after[0], after[0], after[1]]
+    idf = lexical.idf_sql("coalesce(df.df, 0)", "st.n")
+    weight = lexical.term_weight_sql("i.idf", "tf.tf", "c.dl", "st.avgdl")
+    score = lexical.normalized_sql("s.raw", lexical.ceiling_sql("ce.idf_sum"))
+    # Every float is summed in a fixed order (ORDER BY inside the aggregates, integer counts and lengths), so a
+    # conversation's score is bit-identical on every page of the same search: the keyset neither repeats nor skips.
     sql = f"""
-        WITH q AS (SELECT {tsq_sql} AS tsq),
-        best AS (
-            SELECT DISTINCT ON (e.conversation_id) e.conversation_id, e.id AS entry_id,
-                   ts_rank_cd(e.search_vector, q.tsq, 1 | 32)::float8 AS rank
-            FROM q, {source}
-            WHERE {' AND '.join(where)} AND e.channel = 'history' AND e.search_vector @@ q.tsq
-            ORDER BY e.conversation_id, rank DESC, e.id
+        WITH scope AS NOT MATERIALIZED ({scope_sql}),
+        terms AS (SELECT * FROM unnest(%s::text[], %s::bool[]) WITH ORDINALITY AS t(term, prefix, k)),
+        st AS (
+            SELECT count(*) FILTER (WHERE length(s.search_vector) > 0)::float8 AS n,
+                   coalesce(avg(length(s.search_vector)) FILTER (WHERE length(s.search_vector) > 0), 0)::float8 AS avgdl
+            FROM scope s
+        ),
+        c AS MATERIALIZED (
+            SELECT s.id, s.conversation_id, s.search_vector, length(s.search_vector) AS dl
+            FROM scope s WHERE s.search_vector @@ %s::tsquery
+        ),
+        tf AS (
+            SELECT c.id, t.k, sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf
+            FROM c CROSS JOIN LATERAL unnest(c.search_vector) AS u JOIN terms t ON u.lexeme = t.term AND NOT t.prefix
+            GROUP BY c.id, t.k
+            UNION ALL
+            SELECT c.id, t.k, sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf
+            FROM c CROSS JOIN LATERAL unnest(c.search_vector) AS u JOIN terms t ON t.prefix AND starts_with(u.lexeme, t.term)
+            GROUP BY c.id, t.k
+        ),
+        df AS (SELECT k, count(*)::float8 AS df FROM tf GROUP BY k),
+        i AS (SELECT t.k, {idf} AS idf FROM terms t CROSS JOIN st LEFT JOIN df ON df.k = t.k),
+        ce AS (SELECT sum(i.idf ORDER BY i.k) AS idf_sum FROM i),
+        s AS (
+            SELECT c.id, c.conversation_id, sum({weight} ORDER BY tf.k) AS raw
+            FROM c JOIN tf ON tf.id = c.id JOIN i ON i.k = tf.k CROSS JOIN st{filter_from}
+            WHERE {filter_sql}
+            GROUP BY c.id, c.conversation_id
+        ),
+        b AS (
+            SELECT DISTINCT ON (s.conversation_id) s.conversation_id, s.id AS entry_id, {score} AS score
+            FROM s CROSS JOIN ce
+            ORDER BY s.conversation_id, score DESC, s.id
         )
-        SELECT b.conversation_id, b.entry_id, b.rank FROM best b WHERE {keyset}
-        ORDER BY b.rank DESC, b.conversation_id LIMIT %s
+        SELECT b.conversation_id, b.entry_id, b.score FROM b WHERE {keyset}
+        ORDER BY b.score DESC, b.conversation_id LIMIT %s
     """  # noqa: S608 - fragments come from code; values are bound parameters
+    params = [*scope_params, terms.lexemes, terms.prefix, terms.tsquery, *filter_params, *keyset_params, limit]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*tsq_params, *params, *keyset_params, limit])
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
-    return [Hit(conv, entry, max(0.0, min(1.0, rank)), rank) for conv, entry, rank in rows]
+    return [Hit(conv, entry, score, score) for conv, entry, score in rows]
 
 
 # --- Semantic ---------------------------------------------------------------------------------------------------
@@ -147,16 +273,16 @@ def semantic_hits(
 # --- Fused ------------------------------------------------------------------------------------------------------
 
 
-def auto_hits(scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None) -> list[Hit]:
+def auto_hits(
+    scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None, terms: Terms | None = None
+) -> list[Hit]:
     """Reciprocal rank fusion of the two methods' best FUSION_DEPTH conversations each. The depth is fixed (not
     derived from the page) so a conversation's fused score is the same on every page: paging is stable."""
     depth = int(settings.CONVERSATION_SEARCH_FUSION_DEPTH)
-    lexical = fulltext_hits(scope, query, limit=depth, after=None)
+    lexical = fulltext_hits(scope, query, limit=depth, after=None, terms=terms)
     try:
         provider, query_vector = _embed_query(query)
-        semantic = semantic_hits(
-            scope, query, limit=depth, after=None, query_vector=query_vector, provider=provider
-        )
+        semantic = semantic_hits(scope, query, limit=depth, after=None, query_vector=query_vector, provider=provider)
     except EmbeddingError:
         logger.warning("embedding provider unavailable; auto search answers with full-text only", exc_info=True)
         semantic = []
@@ -179,7 +305,11 @@ def auto_hits(scope: SearchScope, query: str, *, limit: int, after: tuple[float,
 
 # --- The page ---------------------------------------------------------------------------------------------------
 
-_METHODS = {"fulltext": fulltext_hits, "semantic": semantic_hits, "auto": auto_hits}
+_METHODS: dict[str, Callable[..., list[Hit]]] = {
+    "fulltext": fulltext_hits,
+    "semantic": lambda scope, query, *, terms, **page: semantic_hits(scope, query, **page),
+    "auto": auto_hits,
+}
 
 
 def cursor_tag(scope: SearchScope, search_type: str, query: str) -> str:
@@ -189,11 +319,14 @@ def cursor_tag(scope: SearchScope, search_type: str, query: str) -> str:
 
 def search(scope: SearchScope, *, query: str, search_type: str, limit: int, cursor: str | None) -> dict:
     """One page of the envelope ``{"data": [search result], "afterCursor"}``."""
+    terms = query_terms(query)  # once: the ranking's and the highlights' terms
     page = pagination.keyset_page(
-        _Ranking(scope, query, _METHODS[search_type]), tag=cursor_tag(scope, search_type, query), cursor=cursor,
+        _Ranking(scope, query, terms, _METHODS[search_type]),
+        tag=cursor_tag(scope, search_type, query),
+        cursor=cursor,
         limit=limit,
     )
-    return pagination.envelope(_results(page.items, query), page.next_cursor)
+    return pagination.envelope(_results(page.items, terms), page.next_cursor)
 
 
 @dataclass(frozen=True)
@@ -202,29 +335,30 @@ class _Ranking:
 
     scope: SearchScope
     query: str
+    terms: Terms
     method: Callable[..., list[Hit]]
     kind: type = float
 
     def fetch(self, after: tuple[float, UUID] | None, count: int) -> list[Hit]:
-        return self.method(self.scope, self.query, limit=count, after=after)
+        return self.method(self.scope, self.query, limit=count, after=after, terms=self.terms)
 
     def key(self, hit: Hit) -> tuple[float, UUID]:
         return hit.position, hit.conversation_id
 
 
-def _results(hits: list[Hit], query: str) -> list[dict]:
-    """The page's entries (decrypted), titles and highlights, in one query, in the hits' order."""
+def _results(hits: list[Hit], terms: Terms) -> list[dict]:
+    """The page's entries (decrypted), titles and highlights (any query term found), in one query, in the hits'
+    order."""
     if not hits:
         return []
-    tsq_sql, tsq_params = tsquery_sql(query)
     sql = f"""
         SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, e.key, c.title,
-               ts_headline('{TS_CONFIG}', coalesce(e.indexed_content, ''), {tsq_sql}, %s)
+               ts_headline('{TS_CONFIG}', coalesce(e.indexed_content, ''), %s::tsquery, %s)
         FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id AND c.deleted_at IS NULL
         WHERE e.id = ANY(%s)
     """  # noqa: S608 - fragments come from code
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*tsq_params, HEADLINE_OPTIONS, [hit.entry_id for hit in hits]])
+        cursor.execute(sql, [terms.tsquery, HEADLINE_OPTIONS, [hit.entry_id for hit in hits]])
         rows = {row[0]: row for row in cursor.fetchall()}
     results = []
     for hit in hits:
@@ -255,11 +389,14 @@ def unindexed(*, cursor: str | None, limit: int) -> dict:
         pagination.SqlKeyset(
             "SELECT e.id, e.conversation_id, e.user_id, e.channel, e.content_type, e.content, e.created_at, e.key "
             "FROM conversation_entries e JOIN conversations c ON c.id = e.conversation_id",
-            ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"], [],
-            order=("e.created_at", "e.id"), position_index=6,
+            ["e.indexed_content IS NULL", "e.channel = 'history'", "c.deleted_at IS NULL"],
+            [],
+            order=("e.created_at", "e.id"),
+            position_index=6,
         ),
-        tag=UNINDEXED_CURSOR, cursor=cursor, limit=limit,
+        tag=UNINDEXED_CURSOR,
+        cursor=cursor,
+        limit=limit,
     )
     data = [UnindexedItem.render(conversation_id=row[1], entry=selectors.entry_row(row)) for row in page.items]
     return pagination.envelope(data, page.next_cursor)
-
