@@ -4,15 +4,19 @@ Reads only. Access is decided inside the SQL that ranks: a user's search starts 
 (apps.sharing.access.member_trees), so a page is never short because of filtering afterwards and a
 membership removed is out of the very next search. Admin search (auditor/admin) ranks every live conversation.
 
-- ``fulltext``: the generated ``search_vector`` (``to_tsvector('english', indexed_content)``, GIN) matched with
-  ``websearch_to_tsquery`` (quotes, ``or``, ``-word``), the last word also as a prefix (``lisb`` finds Lisbon) unless
-  it is quoted or negated; ranked by ``ts_rank_cd`` with length normalisation and ``rank / (rank + 1)``, so the
-  score is in [0, 1).
+- ``fulltext``: BM25 (apps.retrieval.lexical) over the generated ``search_vector`` (``to_tsvector('english',
+  indexed_content)``, GIN). An entry matches when it holds ANY of the query's words (stemmed; at most
+  MAX_QUERY_TERMS), the last bare word also as a prefix (``lisb`` finds Lisbon); websearch syntax still filters:
+  a ``"quoted phrase"`` must be present, ``-word`` / ``-"a phrase"`` must not. Each matched word weighs by its idf,
+  tf comes from the vector's positions, dl is its number of lexemes. df and N are counted over the caller's own
+  scope (their member trees, or every live conversation for admin search), so another tenant's texts never move a
+  caller's scores; avgdl is the mean length of the entries matching any query word (it bounds the cost: no pass
+  over the whole scope's vectors). score = raw / ceiling (the best any entry could reach), in [0, 1].
 - ``semantic``: the query embedded with the configured provider, cosine distance to the entries' vectors
   (apps.conversations.vector_index); score = 1 - distance clamped to [0, 1].
-- ``auto`` (default): both, fused by reciprocal rank fusion over each method's best
-  ``CONVERSATION_SEARCH_FUSION_DEPTH`` conversations, score normalised to [0, 1]. When the embedding provider is
-  down, ``auto`` answers with full-text alone (``semantic`` answers 503).
+- ``auto`` (default): both, fused by score over each method's best ``CONVERSATION_SEARCH_FUSION_DEPTH``
+  conversations (``auto_hits``), in [0, 1]. When the embedding provider is down, ``auto`` answers with full-text
+  alone (``semantic`` answers 503).
 
 Every method keeps the best hit per conversation and orders by (score, conversation id); ``afterCursor`` is that
 keyset position, tagged with the method, the scope (user or admin) and a digest of the query, so a cursor from
@@ -45,6 +49,8 @@ TS_CONFIG = "english"  # fixed: the generated search_vector column (migration 00
 SEARCH_TYPES = ("auto", "fulltext", "semantic")
 HEADLINE_OPTIONS = 'StartSel=**, StopSel=**, MaxWords=35, MinWords=12, MaxFragments=2, FragmentDelimiter=" … "'
 MAX_QUERY_TERMS = 24  # a query's lexemes that rank (in query order): bounds the terms joined per candidate
+# auto: a full-text score below this (a match on the query's common words only) is not evidence (see auto_hits).
+LEXICAL_FLOOR = 0.15
 MIN_PREFIX_CHARS = 3  # a shorter last word is matched whole: "b":* would make most of the scope a candidate
 
 
@@ -197,37 +203,35 @@ def fulltext_hits(
         keyset = "(b.score < %s OR (b.score = %s AND b.conversation_id > %s))"
         keyset_params = [after[0], after[0], after[1]]
     idf = lexical.idf_sql("coalesce(df.df, 0)", "st.n")
-    weight = lexical.term_weight_sql("i.idf", "tf.tf", "c.dl", "st.avgdl")
+    weight = lexical.term_weight_sql("i.idf", "tf.tf", "c.dl", "dl.avgdl")
     score = lexical.normalized_sql("s.raw", lexical.ceiling_sql("ce.idf_sum"))
     # Every float is summed in a fixed order (ORDER BY inside the aggregates, integer counts and lengths), so a
     # conversation's score is bit-identical on every page of the same search: the keyset neither repeats nor skips.
     sql = f"""
         WITH scope AS NOT MATERIALIZED ({scope_sql}),
         terms AS (SELECT * FROM unnest(%s::text[], %s::bool[]) WITH ORDINALITY AS t(term, prefix, k)),
-        st AS (
-            SELECT count(*) FILTER (WHERE length(s.search_vector) > 0)::float8 AS n,
-                   coalesce(avg(length(s.search_vector)) FILTER (WHERE length(s.search_vector) > 0), 0)::float8 AS avgdl
-            FROM scope s
-        ),
+        st AS (SELECT count(*)::float8 AS n FROM scope s),
         c AS MATERIALIZED (
             SELECT s.id, s.conversation_id, s.search_vector, length(s.search_vector) AS dl
             FROM scope s WHERE s.search_vector @@ %s::tsquery
         ),
+        dl AS (SELECT coalesce(avg(c.dl), 0)::float8 AS avgdl FROM c),
+        lx AS MATERIALIZED (
+            SELECT c.id, u.lexeme, coalesce(array_length(u.positions, 1), 1) AS occurrences
+            FROM c CROSS JOIN LATERAL unnest(c.search_vector) AS u
+            WHERE u.lexeme = ANY(%s::text[]) OR u.lexeme ^@ ANY(%s::text[])
+        ),
         tf AS (
-            SELECT c.id, t.k, sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf
-            FROM c CROSS JOIN LATERAL unnest(c.search_vector) AS u JOIN terms t ON u.lexeme = t.term AND NOT t.prefix
-            GROUP BY c.id, t.k
-            UNION ALL
-            SELECT c.id, t.k, sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf
-            FROM c CROSS JOIN LATERAL unnest(c.search_vector) AS u JOIN terms t ON t.prefix AND starts_with(u.lexeme, t.term)
-            GROUP BY c.id, t.k
+            SELECT lx.id, t.k, sum(lx.occurrences)::float8 AS tf
+            FROM lx JOIN terms t ON lx.lexeme = t.term OR (t.prefix AND lx.lexeme ^@ t.term)
+            GROUP BY lx.id, t.k
         ),
         df AS (SELECT k, count(*)::float8 AS df FROM tf GROUP BY k),
         i AS (SELECT t.k, {idf} AS idf FROM terms t CROSS JOIN st LEFT JOIN df ON df.k = t.k),
         ce AS (SELECT sum(i.idf ORDER BY i.k) AS idf_sum FROM i),
         s AS (
             SELECT c.id, c.conversation_id, sum({weight} ORDER BY tf.k) AS raw
-            FROM c JOIN tf ON tf.id = c.id JOIN i ON i.k = tf.k CROSS JOIN st{filter_from}
+            FROM c JOIN tf ON tf.id = c.id JOIN i ON i.k = tf.k CROSS JOIN dl{filter_from}
             WHERE {filter_sql}
             GROUP BY c.id, c.conversation_id
         ),
@@ -239,7 +243,18 @@ def fulltext_hits(
         SELECT b.conversation_id, b.entry_id, b.score FROM b WHERE {keyset}
         ORDER BY b.score DESC, b.conversation_id LIMIT %s
     """  # noqa: S608 - fragments come from code; values are bound parameters
-    params = [*scope_params, terms.lexemes, terms.prefix, terms.tsquery, *filter_params, *keyset_params, limit]
+    prefixes = [lexeme for lexeme, prefix in zip(terms.lexemes, terms.prefix, strict=True) if prefix]
+    params = [
+        *scope_params,
+        terms.lexemes,
+        terms.prefix,
+        terms.tsquery,
+        terms.lexemes,
+        prefixes,
+        *filter_params,
+        *keyset_params,
+        limit,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -276,22 +291,37 @@ def semantic_hits(
 def auto_hits(
     scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None, terms: Terms | None = None
 ) -> list[Hit]:
-    """Reciprocal rank fusion of the two methods' best FUSION_DEPTH conversations each. The depth is fixed (not
-    derived from the page) so a conversation's fused score is the same on every page: paging is stable."""
+    """Score fusion of the two methods' best FUSION_DEPTH conversations each: ``w * similarity + (1 - w) *
+    words``, where ``words`` is the BM25 score above LEXICAL_FLOOR rescaled to [0, 1] (0 when absent). The depth
+    is fixed (not derived from the page) so a conversation's fused score is the same on every page: paging is
+    stable.
+
+    Why scores and not reciprocal ranks: with any-word matching, a paraphrase query matches unrelated entries on a
+    common word or two, and rank fusion gives the top of that list as much weight as the top of the semantic one
+    (bench/recall.py, conversation set: paraphrase recall@5 0.906 -> 0.562). A BM25 score says how much of the
+    query's weight an entry matched; below the floor (common words only) it is noise and adds nothing."""
     depth = int(settings.CONVERSATION_SEARCH_FUSION_DEPTH)
-    lexical = fulltext_hits(scope, query, limit=depth, after=None, terms=terms)
+    weight = float(settings.CONVERSATION_SEARCH_SEMANTIC_WEIGHT)
+    lexical_hits = fulltext_hits(scope, query, limit=depth, after=None, terms=terms)
     try:
         provider, query_vector = _embed_query(query)
         semantic = semantic_hits(scope, query, limit=depth, after=None, query_vector=query_vector, provider=provider)
     except EmbeddingError:
         logger.warning("embedding provider unavailable; auto search answers with full-text only", exc_info=True)
+        semantic = None
+    if semantic is None:  # full-text alone, ranked and scored as fulltext
+        fused = {hit.conversation_id: hit.score for hit in lexical_hits}
         semantic = []
-    fused = vectors.reciprocal_rank_fusion(
-        [[hit.conversation_id for hit in lexical], [hit.conversation_id for hit in semantic]]
-    )
+    else:
+        words = {hit.conversation_id: max(0.0, hit.score - LEXICAL_FLOOR) / (1 - LEXICAL_FLOOR) for hit in lexical_hits}
+        meaning = {hit.conversation_id: hit.score for hit in semantic}
+        fused = {
+            conversation_id: weight * meaning.get(conversation_id, 0.0) + (1 - weight) * words.get(conversation_id, 0.0)
+            for conversation_id in words.keys() | meaning.keys()
+        }
     # The entry shown: the full-text hit when there is one (its highlights show the matched words).
     entries = {hit.conversation_id: hit.entry_id for hit in semantic}
-    entries.update({hit.conversation_id: hit.entry_id for hit in lexical})
+    entries.update({hit.conversation_id: hit.entry_id for hit in lexical_hits})
     ranked = sorted(fused.items(), key=lambda item: (-item[1], str(item[0])))
     hits = []
     for conversation_id, score in ranked:
