@@ -236,8 +236,8 @@ def fulltext_hits(
     idf = lexical.idf_sql("coalesce(df.df, 0)", "st.n")
     weight = lexical.term_weight_sql("i.idf", "tf.tf", "tf.dl", "dl.avgdl")
     score = lexical.normalized_sql("s.raw", lexical.ceiling_sql("ce.idf_sum"))
-    # Every float is summed in a fixed order (ORDER BY inside the aggregates, integer counts and lengths), so a
-    # conversation's score is bit-identical on every page of the same search: the keyset neither repeats nor skips.
+    # Floats are summed as numeric (exact, so in any order) and counts and lengths are integers: a conversation's
+    # score is bit-identical on every page of the same search, and the keyset neither repeats nor skips.
     # idf counts conversations (what search returns): N = the scope's live conversations, df = those with an
     # entry holding the term; tf and dl are the entry's.
     sql = f"""
@@ -251,11 +251,11 @@ def fulltext_hits(
             FROM m CROSS JOIN terms t WHERE m.search_vector @@ t.q
         ),
         dl AS MATERIALIZED (SELECT coalesce(avg(length(m.search_vector)), 0)::float8 AS avgdl FROM m),
-        df AS (SELECT k, count(DISTINCT conversation_id)::float8 AS df FROM tf GROUP BY k),
+        df AS (SELECT d.k, count(*)::float8 AS df FROM (SELECT DISTINCT tf.k, tf.conversation_id FROM tf) d GROUP BY d.k),
         i AS MATERIALIZED (SELECT t.k, {idf} AS idf FROM terms t CROSS JOIN st LEFT JOIN df ON df.k = t.k),
-        ce AS MATERIALIZED (SELECT sum(i.idf ORDER BY i.k) AS idf_sum FROM i),
+        ce AS MATERIALIZED (SELECT sum(i.idf::numeric)::float8 AS idf_sum FROM i),
         s AS (
-            SELECT tf.id, tf.conversation_id, sum({weight} ORDER BY tf.k) AS raw
+            SELECT tf.id, tf.conversation_id, sum(({weight})::numeric)::float8 AS raw
             FROM tf JOIN i ON i.k = tf.k CROSS JOIN dl
             WHERE tf.kept
             GROUP BY tf.id, tf.conversation_id
