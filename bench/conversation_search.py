@@ -218,7 +218,7 @@ def measure(args, size: int, server: h.WebServer, tokens: dict[str, str], entry_
                 j = i % len(query_vectors)
                 hits = search.semantic_hits(scope, sem_queries[j], limit=LIMIT + 1, after=None,
                                             query_vector=query_vectors[j], provider=provider)
-                search._results(hits[:LIMIT], sem_queries[j])
+                search._results(hits[:LIMIT], search.query_terms(sem_queries[j]))  # the highlights' terms
 
             run = h.run_load("in-process semantic", lambda _i: CallWorker(semantic_only), concurrency=concurrency,
                              requests=requests, max_seconds=args.max_seconds)

@@ -78,7 +78,9 @@ attributes := object.union(object.get(input.value, "attributes", {}), {"namespac
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--sample", type=int, default=1, help="keep every Nth query (default 1: all)")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: filters, latency, conversations")
+    parser.add_argument("--skip", default="",
+                        help="comma-separated parts to skip: filters, latency, conversations, memories (memories:\n"
+                        "no memory is loaded, so memory recall and latency are skipped too)")
     parser.add_argument("--latency-requests", type=int, default=300, help="searches per mode at c1, over all rounds")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved c1 rounds (default 3)")
     parser.add_argument("--c16-requests", type=int, default=800, help="searches per mode at c16 (default 800)")
@@ -98,7 +100,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if args.quick:
         args.sample, args.latency_requests, args.rounds, args.c16_requests, args.max_seconds = 4, 60, 2, 160, 10
     args.skip = {part.strip() for part in args.skip.split(",") if part.strip()}
-    unknown = args.skip - {"filters", "latency", "conversations"}
+    unknown = args.skip - {"filters", "latency", "conversations", "memories"}
     if unknown:
         parser.error(f"--skip: unknown part(s) {sorted(unknown)}")
     env = {}
@@ -558,13 +560,17 @@ def main(argv: Sequence[str]) -> int:
                 probe.close()
             h.log(f"server features: search_type {features.search_type}, queries {features.queries}, "
                   f"conversation searchType {features.conversation_search_type}")
-            report["load"] = {"memories_s": round(load_memories(server, headers, memories, args.load_concurrency), 1)}
+            report["load"] = {}
+            if "memories" not in args.skip:
+                report["load"]["memories_s"] = round(load_memories(server, headers, memories, args.load_concurrency), 1)
             if "conversations" not in args.skip:
                 report["load"]["conversations_s"] = round(
                     load_conversations(server, headers, conversations, args.load_concurrency), 1)
             report["indexing"] = wait_indexed(server, args.index_timeout)
-            report["memory_recall"] = run_memory_recall(args, server, headers, features, memory_queries, attributes)
-            if "latency" not in args.skip:
+            if "memories" not in args.skip:
+                report["memory_recall"] = run_memory_recall(args, server, headers, features, memory_queries,
+                                                            attributes)
+            if not args.skip & {"latency", "memories"}:
                 texts = [query["text"] for query in data["memory_queries"]]
                 report["latency"] = run_latency(args, server, headers, features, texts)
             if "conversations" not in args.skip:
@@ -608,11 +614,12 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"- note: {note}")
     recall = report.get("memory_recall", {})
     headers = ["category", "filter", "n"]
+    titles = () if not recall else (("by query category", "by_category", (*CATEGORIES, "all")),
+                                     ("exact and mixed queries by token kind", "by_kind",
+                                      ("code", "id", "name", "number", "all")))
     for mode in MEMORY_MODES:
         headers += [f"{MODE_NAMES[mode]} R@5", "MRR"]
-    for title, group_key, groups in (("by query category", "by_category", (*CATEGORIES, "all")),
-                                     ("exact and mixed queries by token kind", "by_kind",
-                                      ("code", "id", "name", "number", "all"))):
+    for title, group_key, groups in titles:
         rows = []
         for filtered in (False, True):
             suffix = ":filtered" if filtered else ""
@@ -662,7 +669,8 @@ def print_report(report: dict[str, Any]) -> None:
         print("### Conversation search: recall@5 and MRR@10 of conversations, by query category\n")
         print(h.markdown_table(["category", "n", "semantic R@5", "MRR", "fulltext R@5", "MRR", "auto R@5", "MRR"], rows))
         print()
-    print_goals(report)
+    if report.get("memory_recall"):
+        print_goals(report)
 
 
 def print_goals(report: dict[str, Any]) -> None:

@@ -236,8 +236,9 @@ class SearchSerializer(StrictSerializer):
 
     query = NonBlankCharField(
         max_length=settings.CONVERSATION_SEARCH_QUERY_MAX_CHARS,
-        help_text="Words to find (not blank). Full-text: websearch syntax (\"quoted phrase\", or, -word); the last bare word "
-        "also matches as a prefix. Semantic: embedded as a whole.",
+        help_text="Words to find (not blank). Full-text: any of the words matches (rare ones weigh more); "
+        "\"a quoted phrase\" must be present, -word must be absent; the last bare word also matches as a prefix. "
+        "Semantic: embedded as a whole.",
     )
     limit = body_limit_field(SEARCH_LIMIT)(required=False)
     afterCursor = CursorField(required=False, allow_null=True)
@@ -245,7 +246,7 @@ class SearchSerializer(StrictSerializer):
         choices=SEARCH_TYPES,
         required=False,
         default="auto",
-        help_text="auto (default: full-text and semantic fused by reciprocal rank), fulltext or semantic",
+        help_text="auto (default: full-text and semantic scores fused), fulltext (BM25) or semantic",
     )
 
 

@@ -185,11 +185,13 @@ class ConversationViewSet(RoleChecked, viewsets.ViewSet):
         tags=["conversations"],
         summary="Search the caller's conversations",
         description="Over history entries' index text, in conversations the caller is a member of (decided in the "
-        "query: pages are full). `searchType`: `auto` (default; full-text and semantic fused by reciprocal rank "
-        "over each method's best CONVERSATION_SEARCH_FUSION_DEPTH conversations; full-text alone while the "
-        "embedding provider is down), `fulltext` (PostgreSQL websearch syntax, English stemming, the last bare word "
-        "also as a prefix) or `semantic` (503 while the embedding provider is down). One result per conversation, "
-        "its best entry; `score` is in [0, 1], higher is better; `highlights` wraps matched terms in `**`. "
+        "query: pages are full). `searchType`: `auto` (default; full-text and semantic scores fused, "
+        "CONVERSATION_SEARCH_SEMANTIC_WEIGHT * similarity + the rest * full-text score, over each method's best "
+        "CONVERSATION_SEARCH_FUSION_DEPTH conversations; full-text alone while the embedding provider is down), "
+        "`fulltext` (BM25: entries holding any of the query's English-stemmed words, rare words weighing more, "
+        "counted over the caller's own conversations; the last bare word also as a prefix; `\"a phrase\"` must "
+        "be present, `-word` must be absent) or `semantic` (503 while the embedding provider is down). "
+        "One result per conversation, its best entry; `score` is in [0, 1], higher is better; `highlights` wraps matched terms in `**`. "
         "Pass `afterCursor` with the same query and searchType for the next page (another search's cursor is "
         "400). Entries are searchable once indexed: at once with `indexedContent`, otherwise within seconds "
         "(background indexer).",

@@ -418,7 +418,8 @@ class SearchConversationsArguments(StrictSerializer):
 
     query = NonBlankCharField(
         max_length=settings.CONVERSATION_SEARCH_QUERY_MAX_CHARS,
-        help_text="Words to find. Full-text uses websearch syntax (\"quoted phrase\", or, -word)",
+        help_text="Words to find. Full-text: any word matches, rare ones weigh more; \"quoted phrase\" required, -word "
+        "excluded",
     )
     search_type = StrictChoiceField(
         choices=conversation_serializers.SEARCH_TYPES,

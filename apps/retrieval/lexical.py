@@ -53,3 +53,16 @@ def normalized(raw: float, ceiling_value: float) -> float:
     if ceiling_value <= 0:
         return 0.0
     return max(0.0, min(1.0, raw / ceiling_value))
+
+
+def ceiling_sql(idf_sum: str) -> str:
+    """``ceiling`` as an SQL expression over the SQL expression ``idf_sum`` (the sum of the query terms' idfs)."""
+    return f"(({idf_sum})::float8 * {K1 + 1})"
+
+
+def normalized_sql(raw: str, ceiling_expr: str) -> str:
+    """``normalized`` as an SQL expression (float8): ``raw`` against the ceiling, clamped to [0, 1]."""
+    return (
+        f"(CASE WHEN ({ceiling_expr}) > 0 THEN least(1.0, greatest(0.0, ({raw})::float8 / ({ceiling_expr}))) "
+        "ELSE 0.0 END)::float8"
+    )

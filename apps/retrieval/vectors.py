@@ -9,7 +9,7 @@
 - ``ScopeSizes``: the exact-vs-ANN plan choice. A scope of at most ``threshold`` vectors (counted with a bounded
   probe, cached briefly) is ranked exactly: walking HNSW for a selective filter visits more candidates than the
   scope holds, so exact is faster there and has recall 1. A larger scope walks HNSW with pgvector's iterative scan.
-- ``reciprocal_rank_fusion``: fusing ranked lists (conversation search's ``auto``).
+- ``reciprocal_rank_fusion``: fusing ranked lists.
 - ``set_local``: the planner and pgvector settings of one search query, in one round trip.
 """
 

@@ -485,6 +485,9 @@ CONVERSATION_SEARCH_QUERY_MAX_CHARS = env_int("CONVERSATION_SEARCH_QUERY_MAX_CHA
 # searchType=auto fuses each method's best this-many conversations (fixed, so fused scores do not change from page
 # to page); auto results end after the union of those lists.
 CONVERSATION_SEARCH_FUSION_DEPTH = env_int("CONVERSATION_SEARCH_FUSION_DEPTH", 100)
+# searchType=auto's score: this share of the semantic similarity, the rest from the full-text (BM25) score
+# (apps.conversations.search.auto_hits; 0.5 measured best on bench/recall.py's conversation set).
+CONVERSATION_SEARCH_SEMANTIC_WEIGHT = float(env_str("CONVERSATION_SEARCH_SEMANTIC_WEIGHT", "0.5"))
 # Most items in one POST /v1/conversations/index body (400 beyond).
 CONVERSATION_INDEX_MAX_ITEMS = env_int("CONVERSATION_INDEX_MAX_ITEMS", 1000)
 

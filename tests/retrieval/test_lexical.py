@@ -30,3 +30,17 @@ def test_the_sql_expressions_compute_the_python_formula(db):
     assert abs(idf_value - expected_idf) < 1e-9
     k1, b = lexical.K1, lexical.B
     assert abs(weight_value - expected_idf * 2 * (k1 + 1) / (2 + k1 * (1 - b + b * 10 / 20))) < 1e-9
+
+
+def test_the_sql_ceiling_and_normalization_match_python(db):
+    idfs = [lexical.idf(1, 50), lexical.idf(20, 50)]
+    ceiling = lexical.ceiling_sql(repr(sum(idfs)))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {ceiling}, {lexical.normalized_sql('3.5', ceiling)}, {lexical.normalized_sql('1e9', ceiling)}, "
+            f"{lexical.normalized_sql('-1', ceiling)}, {lexical.normalized_sql('1', '0')}"
+        )
+        ceiling_value, half, over, under, empty = cursor.fetchone()
+    assert abs(ceiling_value - lexical.ceiling(idfs)) < 1e-9
+    assert abs(half - lexical.normalized(3.5, lexical.ceiling(idfs))) < 1e-9
+    assert (over, under, empty) == (1.0, 0.0, 0.0)
