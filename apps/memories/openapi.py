@@ -30,3 +30,20 @@ def namespace_depth_hook(result: dict[str, Any], generator, request, public) -> 
 
     visit(result)
     return result
+
+
+# The search body's rules between fields (MemorySearchSerializer.validate), so a body the schema admits is one the
+# service takes (tests/fuzz): query and queries exclusive; per_query_limit only with queries; search_type only with
+# one of them.
+SEARCH_BODY_RULES = [
+    {"not": {"required": ["query", "queries"]}},
+    {"anyOf": [{"not": {"required": ["per_query_limit"]}}, {"required": ["queries"]}]},
+    {"anyOf": [{"not": {"required": ["search_type"]}}, {"required": ["query"]}, {"required": ["queries"]}]},
+]
+
+
+def search_body_hook(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
+    body = result.get("components", {}).get("schemas", {}).get("MemorySearchRequest")
+    if body is not None:
+        body["allOf"] = SEARCH_BODY_RULES
+    return result

@@ -42,7 +42,6 @@ from apps.retrieval import vectors
 from apps.retrieval.embeddings import EmbeddingError, get_provider
 
 similarity = vectors.similarity  # cosine distance -> similarity clamped to [0, 1]
-RRF_K = 60
 
 Ranked = list[tuple[Any, float]]  # (memory id, score in [0, 1]), best first
 
@@ -140,18 +139,15 @@ def _best(scores: dict[Any, float], depth: int) -> Ranked:
 
 
 def _fuse(lists: list[Ranked], questions: list[Question]) -> tuple[Ranked, dict[Any, list[str]]]:
-    """Reciprocal-rank fusion of the questions' lists, scores normalised by the best possible sum."""
-    totals: dict[Any, float] = {}
+    """Reciprocal-rank fusion of the questions' lists (vectors.reciprocal_rank_fusion), and who found what."""
+    fused = vectors.reciprocal_rank_fusion([[memory_id for memory_id, _ in ranked] for ranked in lists])
     matched: dict[Any, list[str]] = {}
     for ranked, question in zip(lists, questions, strict=True):
-        for rank, (memory_id, _score) in enumerate(ranked, start=1):
-            totals[memory_id] = totals.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
+        for memory_id, _score in ranked:
             labels = matched.setdefault(memory_id, [])
             if question.label not in labels:
                 labels.append(question.label)
-    ceiling = len(lists) / (RRF_K + 1)
-    fused = sorted(((m, min(1.0, total / ceiling)) for m, total in totals.items()), key=lambda i: (-i[1], str(i[0])))
-    return fused, matched
+    return _best(fused, len(fused)), matched
 
 
 def _items(page: Ranked, matched: dict[Any, list[str]] | None) -> list[dict]:

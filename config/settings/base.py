@@ -195,6 +195,7 @@ SPECTACULAR_SETTINGS = {
         "apps.core.openapi.document_errors",
         "apps.limits.openapi.postprocess_schema",  # 429 rate_limited everywhere, 403 quota_exceeded on writes
         "apps.memories.openapi.namespace_depth_hook",
+        "apps.memories.openapi.search_body_hook",  # rules between the search body's fields
     ],
 }
 

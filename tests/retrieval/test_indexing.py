@@ -76,7 +76,8 @@ def put(client, key: str, text: str) -> str:
 
 
 def memory_keys(client, query: str) -> set[str]:
-    response = client.post("/v1/memories/search", {"namespace_prefix": NS, "query": query, "limit": 50}, format="json")
+    body = {"namespace_prefix": NS, "query": query, "search_type": "semantic", "limit": 50}  # what was embedded
+    response = client.post("/v1/memories/search", body, format="json")
     assert response.status_code == 200, response.content
     return {item["key"] for item in response.json()["items"]}
 

@@ -604,7 +604,8 @@ def test_up_restarts_killed_valkey_and_stopped_postgres_in_place_and_nothing_sta
 
         def all_indexed() -> bool:
             status, found = _call("POST", f"{base}/v1/memories/search", token, {
-                "namespace_prefix": ["user", "alice", "outage"], "query": "lighthouses", "limit": 10})  # fmt: skip
+                "namespace_prefix": ["user", "alice", "outage"], "query": "lighthouses", "search_type": "semantic",
+                "limit": 10})  # fmt: skip
             status_u, unindexed = _call("GET", f"{base}/v1/conversations/unindexed?limit=200", token)
             pending = [item for item in unindexed.get("data", []) if item["conversationId"] == conversation["id"]]
             return status == 200 and len(found["items"]) == len(texts) and status_u == 200 and not pending

@@ -90,7 +90,7 @@ def _put(web: LiveService, token: str, key: str, text: str) -> None:
 
 
 def _found(web: LiveService, token: str, query: str) -> set[str]:
-    body = {"namespace_prefix": NS, "query": query, "limit": 100}
+    body = {"namespace_prefix": NS, "query": query, "search_type": "semantic", "limit": 100}  # what was embedded
     status, answer = web.request("POST", "/v1/memories/search", body, headers=_auth(token))
     assert status == 200, answer
     return {item["key"] for item in answer["items"]}
