@@ -795,11 +795,7 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     h.install_sigterm_handler()
     started = time.monotonic()
-    server_url = h.embedded_postgres_url()
-    database_url = h.recreate_database(server_url, BENCH_DB)
-    h.log(f"database {BENCH_DB} created")
-    h.migrate(database_url)
-    h.setup_django(database_url)
+    database_url = h.fresh_django_database(BENCH_DB)
 
     from apps.identity.principal import Principal
     from apps.policy import get_engine

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from apps.encryption import crypto
 from apps.memories.models import Memory, MemoryEvent
-from apps.runtime import embedded_services
+from tests.database import pg_dump
 
 MARKER = "plaintext-marker-7f3a9c"
 
@@ -33,20 +31,7 @@ def test_pg_dump_contains_no_plaintext_value(client_for):
     _put(bob, "secret", {"note": MARKER, "nested": {"deep": MARKER + "-deep"}})
     _put(bob, "secret", {"note": MARKER + "-v2"})  # an update: both versions and both event snapshots
 
-    settings_dict = connection.settings_dict
-    dump = subprocess.run(
-        [
-            str(embedded_services.pg_bin("pg_dump")),
-            "--data-only",
-            "--host", settings_dict["HOST"],
-            "--port", str(settings_dict["PORT"] or 5432),
-            "--username", settings_dict["USER"] or "postgres",
-            settings_dict["NAME"],
-        ],
-        capture_output=True,
-        check=True,
-        env={**os.environ, "PGPASSWORD": settings_dict["PASSWORD"] or ""},
-    ).stdout
+    dump = pg_dump()
     assert b"COPY public.memories" in dump  # the dump really holds the table
     assert Memory.objects.count() == 2 and MemoryEvent.objects.count() == 2
     assert MARKER.encode() not in dump
