@@ -144,7 +144,7 @@ def resolve(spec: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
             target = target[part]
         node = target
     if "allOf" in node:
-        merged: dict[str, Any] = {"properties": {}}
+        merged: dict[str, Any] = {"properties": dict(node.get("properties", {}))}
         for member in node["allOf"]:
             merged["properties"].update(resolve(spec, member).get("properties", {}))
         return merged

@@ -55,8 +55,6 @@ MAX_QUERY_TERMS = 24  # a query's lexemes that rank (in query order): bounds the
 # is the number of the term's positions in the vector (a prefix: of every lexeme it begins). Three times cheaper
 # than unnest(vector) per candidate, measured at 8,880 candidates.
 _TF = "ts_rank_cd('{1,1,1,1}'::float4[], m.search_vector, t.q, 0)::float8"
-# auto: a full-text score below this (a match on the query's common words only) is not evidence (see auto_hits).
-LEXICAL_FLOOR = 0.15
 MIN_PREFIX_CHARS = 3  # a shorter last word is matched whole: "b":* would make most of the scope a candidate
 
 
@@ -306,7 +304,7 @@ def auto_hits(
     scope: SearchScope, query: str, *, limit: int, after: tuple[float, UUID] | None, terms: Terms | None = None
 ) -> list[Hit]:
     """Score fusion of the two methods' best FUSION_DEPTH conversations each: ``w * similarity + (1 - w) *
-    words``, where ``words`` is the BM25 score above LEXICAL_FLOOR rescaled to [0, 1] (0 when absent). The depth
+    words`` (apps.retrieval.lexical.hybrid_score: the BM25 score above a floor, 0 when absent). The depth
     is fixed (not derived from the page) so a conversation's fused score is the same on every page: paging is
     stable.
 
@@ -327,10 +325,10 @@ def auto_hits(
         fused = {hit.conversation_id: hit.score for hit in lexical_hits}
         semantic = []
     else:
-        words = {hit.conversation_id: max(0.0, hit.score - LEXICAL_FLOOR) / (1 - LEXICAL_FLOOR) for hit in lexical_hits}
+        words = {hit.conversation_id: hit.score for hit in lexical_hits}
         meaning = {hit.conversation_id: hit.score for hit in semantic}
         fused = {
-            conversation_id: weight * meaning.get(conversation_id, 0.0) + (1 - weight) * words.get(conversation_id, 0.0)
+            conversation_id: lexical.hybrid_score(meaning.get(conversation_id, 0.0), words.get(conversation_id, 0.0), weight)
             for conversation_id in words.keys() | meaning.keys()
         }
     # The entry shown: the full-text hit when there is one (its highlights show the matched words).

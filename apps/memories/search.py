@@ -6,10 +6,9 @@
   caller's own scope. Score: BM25 against the query's ceiling, in [0, 1].
 - ``auto`` (default): both. Candidates are the best ``depth`` of each list (depth = offset + limit, or
   per_query_limit); a candidate only one list found gets the other half computed (its vectors' distance, or 0 for
-  words it lacks). Score: ``(similarity + W * words) / (1 + W)`` with W = MEMORY_SEARCH_KEYWORD_WEIGHT, in [0, 1].
-  Why a weighted sum and not reciprocal-rank fusion: rank fusion gives a list's first place the same weight whether
-  its words were a rare code or two common words, and measured on bench/recall.py's paraphrases it cost a third of
-  recall@5; the BM25 half is already small where the query's matched words are common. When the embedding provider
+  words it lacks). Score: ``w * similarity + (1 - w) * words`` above a floor (apps.retrieval.lexical.hybrid_score,
+  as conversation search's), w = MEMORY_SEARCH_SEMANTIC_WEIGHT, in [0, 1]. Why scores and not reciprocal ranks:
+  rank fusion gives a list's first place the same weight whether its words were a rare code or two common words. When the embedding provider
   is down, ``auto`` answers by words alone (``semantic`` answers 503).
 
 ``queries`` (D11): every question's text embedded in one encoder pass (with the pending versions), each ranked as
@@ -38,7 +37,7 @@ from apps.memories.models import Memory, MemoryState
 from apps.memories.responses import MemorySearchItem
 from apps.memories.services import VALUE_PURPOSE
 from apps.memories.vector_index import Neighbour
-from apps.retrieval import vectors
+from apps.retrieval import lexical, vectors
 from apps.retrieval.embeddings import EmbeddingError, get_provider
 
 similarity = vectors.similarity  # cosine distance -> similarity clamped to [0, 1]
@@ -113,9 +112,9 @@ def _rank(scope: Any, texts: list[str], search_type: str, depth: int) -> list[Ra
             lists.append(_best(words, depth))
             continue
         meaning.update(_similarities(provider, query_vectors[position], pending, [m for m in words if m not in meaning]))
-        weight = float(settings.MEMORY_SEARCH_KEYWORD_WEIGHT)
+        weight = float(settings.MEMORY_SEARCH_SEMANTIC_WEIGHT)
         fused = {
-            memory_id: (meaning.get(memory_id, 0.0) + weight * words.get(memory_id, 0.0)) / (1.0 + weight)
+            memory_id: lexical.hybrid_score(meaning.get(memory_id, 0.0), words.get(memory_id, 0.0), weight)
             for memory_id in meaning.keys() | words.keys()
         }
         lists.append(_best(fused, depth))

@@ -66,3 +66,17 @@ def normalized_sql(raw: str, ceiling_expr: str) -> str:
         f"(CASE WHEN ({ceiling_expr}) > 0 THEN least(1.0, greatest(0.0, ({raw})::float8 / ({ceiling_expr}))) "
         "ELSE 0.0 END)::float8"
     )
+
+
+# Hybrid search (memory search's and conversation search's ``auto``): a words score below this matched only the
+# query's common words, which is no evidence; with any-word matching a paraphrase meets such matches everywhere.
+LEXICAL_FLOOR = 0.15
+
+
+def hybrid_score(similarity: float, words: float, semantic_weight: float) -> float:
+    """``w * similarity + (1 - w) * words'`` in [0, 1], where ``words'`` is the BM25 score above LEXICAL_FLOOR
+    rescaled to [0, 1]. Scores, not reciprocal ranks: rank fusion gives the top of a list of common-word matches as
+    much weight as the top of the meaning list (bench/recall.py: paraphrase recall@5 0.906 -> 0.562 on the
+    conversation set)."""
+    above = max(0.0, words - LEXICAL_FLOOR) / (1.0 - LEXICAL_FLOOR)
+    return semantic_weight * similarity + (1.0 - semantic_weight) * above

@@ -446,8 +446,8 @@ MEMORY_VECTOR_EF_SEARCH = env_int("MEMORY_VECTOR_EF_SEARCH", 100)
 # process). 0 turns it off: a version is then found by meaning once the indexer has embedded it.
 MEMORY_SEARCH_PENDING_LIMIT = env_int("MEMORY_SEARCH_PENDING_LIMIT", 16)
 MEMORY_SEARCH_PENDING_MAX_CHARS = env_int("MEMORY_SEARCH_PENDING_MAX_CHARS", 200)
-# Hybrid memory search (search_type auto, apps.memories.search): score = (similarity + W * words) / (1 + W).
-MEMORY_SEARCH_KEYWORD_WEIGHT = float(env_str("MEMORY_SEARCH_KEYWORD_WEIGHT", "1.0"))
+# Hybrid memory search (search_type auto, apps.memories.search): w * similarity + (1 - w) * words above a floor.
+MEMORY_SEARCH_SEMANTIC_WEIGHT = float(env_str("MEMORY_SEARCH_SEMANTIC_WEIGHT", "0.5"))
 MEMORY_VECTOR_MAX_CANDIDATES = env_int("MEMORY_VECTOR_MAX_CANDIDATES", 4000)
 CELERY_BEAT_SCHEDULE["memories-index"] = {
     "task": "apps.memories.tasks.index_pending_memories",

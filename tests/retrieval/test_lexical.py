@@ -44,3 +44,9 @@ def test_the_sql_ceiling_and_normalization_match_python(db):
     assert abs(ceiling_value - lexical.ceiling(idfs)) < 1e-9
     assert abs(half - lexical.normalized(3.5, lexical.ceiling(idfs))) < 1e-9
     assert (over, under, empty) == (1.0, 0.0, 0.0)
+
+
+def test_hybrid_scores_ignore_words_below_the_floor_and_stay_in_unit_range():
+    assert lexical.hybrid_score(0.6, lexical.LEXICAL_FLOOR, 0.5) == 0.3  # common words only: meaning alone
+    assert lexical.hybrid_score(0.2, 1.0, 0.5) > lexical.hybrid_score(0.7, 0.1, 0.5)  # a rare code wins
+    assert lexical.hybrid_score(1.0, 1.0, 0.5) == 1.0 and lexical.hybrid_score(0.0, 0.0, 0.5) == 0.0
