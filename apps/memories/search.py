@@ -6,7 +6,7 @@
   caller's own scope. Score: BM25 against the query's ceiling, in [0, 1].
 - ``auto`` (default): both. Candidates are the best ``depth`` of each list (depth = offset + limit, or
   per_query_limit); a candidate only one list found gets the other half computed (its vectors' distance, or 0 for
-  words it lacks). Score: ``w * similarity + (1 - w) * words`` above a floor (apps.retrieval.lexical.hybrid_score,
+  words it lacks); one without vectors yet (and not embedded by the search itself) is scored by its words alone. Score: ``w * similarity + (1 - w) * words`` above a floor (apps.retrieval.lexical.hybrid_score,
   as conversation search's), w = MEMORY_SEARCH_SEMANTIC_WEIGHT, in [0, 1]. Why scores and not reciprocal ranks:
   rank fusion gives a list's first place the same weight whether its words were a rare code or two common words. When the embedding provider
   is down, ``auto`` answers by words alone (``semantic`` answers 503).
@@ -114,7 +114,11 @@ def _rank(scope: Any, texts: list[str], search_type: str, depth: int) -> list[Ra
         meaning.update(_similarities(provider, query_vectors[position], pending, [m for m in words if m not in meaning]))
         weight = float(settings.MEMORY_SEARCH_SEMANTIC_WEIGHT)
         fused = {
-            memory_id: lexical.hybrid_score(meaning.get(memory_id, 0.0), words.get(memory_id, 0.0), weight)
+            # A version with no vectors yet (waiting for the indexer beyond what the search embeds) has no meaning
+            # to weigh: its words alone score it, as when the embedder is down, rather than a similarity of 0.
+            memory_id: words[memory_id]
+            if memory_id not in meaning
+            else lexical.hybrid_score(meaning[memory_id], words.get(memory_id, 0.0), weight)
             for memory_id in meaning.keys() | words.keys()
         }
         lists.append(_best(fused, depth))
