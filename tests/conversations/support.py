@@ -154,6 +154,22 @@ def search(client, query: str, path: str = SEARCH, **extra: Any) -> dict:
     return body
 
 
+def conversation_ids(body: dict) -> list[str]:
+    """The conversation ids of a search page, in rank order."""
+    return [item["conversationId"] for item in body["data"]]
+
+
+def every_page(client, query: str, **extra: Any) -> list[dict]:
+    """The pages of one search, followed by afterCursor to the end."""
+    pages, cursor = [], None
+    while True:
+        body = search(client, query, afterCursor=cursor, **extra)
+        pages.append(body)
+        cursor = body["afterCursor"]
+        if cursor is None:
+            return pages
+
+
 def ids(items: Sequence[dict], key: str = "id") -> list[str]:
     return [item[key] for item in items]
 

@@ -17,7 +17,9 @@ from tests.conversations.support import (
     append_ok,
     assert_validation_error,
     conv_path,
+    conversation_ids,
     count,
+    every_page,
     new_id,
     search,
     sql,
@@ -28,10 +30,6 @@ pytestmark = pytest.mark.django_db
 
 UNINDEXED = f"{CONVERSATIONS}/unindexed"
 INDEX = f"{CONVERSATIONS}/index"
-def conversation_ids(body) -> list[str]:
-    return [item["conversationId"] for item in body["data"]]
-
-
 @pytest.fixture
 def bob(client_for):
     return client_for("bob")
@@ -166,17 +164,10 @@ def test_paging_has_no_duplicates_and_misses_nothing(bob, plan, search_type):
             append_ok(bob, cid, "x", indexedContent="the lighthouse again")
         expected.add(cid)
     indexer.run_cycle()
-    seen: list[str] = []
-    scores: list[float] = []
-    cursor = None
-    while True:
-        body = search(bob, "lighthouse keeper", searchType=search_type, limit=4, afterCursor=cursor)
-        seen += conversation_ids(body)
-        scores += [item["score"] for item in body["data"]]
-        cursor = body["afterCursor"]
-        if cursor is None:
-            break
-        assert len(body["data"]) == 4
+    pages = every_page(bob, "lighthouse keeper", searchType=search_type, limit=4)
+    assert all(len(body["data"]) == 4 for body in pages[:-1])
+    seen = [cid for body in pages for cid in conversation_ids(body)]
+    scores = [item["score"] for body in pages for item in body["data"]]
     assert len(seen) == len(set(seen)) == 23
     assert set(seen) == expected
     assert scores == sorted(scores, reverse=True)

@@ -7,15 +7,11 @@ from __future__ import annotations
 import pytest
 
 from apps.conversations import indexer
-from tests.conversations.support import ADMIN, add_member, append_ok, new_id, search
+from tests.conversations.support import ADMIN, add_member, append_ok, conversation_ids, every_page, new_id, search
 
 pytestmark = pytest.mark.django_db
 
 CODES = ["SW8629", "KX1043", "PL7781", "QT5520", "ZB3308"]
-
-
-def conversation_ids(body) -> list[str]:
-    return [item["conversationId"] for item in body["data"]]
 
 
 def scores(body) -> dict[str, float]:
@@ -158,16 +154,9 @@ def test_a_fixed_result_set_pages_without_repeats(bob, search_type):
     indexer.run_cycle()
     if search_type == "auto":  # the semantic half ranks every conversation
         expected.add(unrelated)
-    seen: list[str] = []
-    ranked: list[float] = []
-    cursor = None
-    while True:
-        body = search(bob, "ferry timetable harbour", searchType=search_type, limit=3, afterCursor=cursor)
-        seen += conversation_ids(body)
-        ranked += [item["score"] for item in body["data"]]
-        cursor = body["afterCursor"]
-        if cursor is None:
-            break
+    pages = every_page(bob, "ferry timetable harbour", searchType=search_type, limit=3)
+    seen = [cid for body in pages for cid in conversation_ids(body)]
+    ranked = [item["score"] for body in pages for item in body["data"]]
     assert len(seen) == len(set(seen)) == len(expected) and set(seen) == expected
     assert ranked == sorted(ranked, reverse=True)
     whole = search(bob, "ferry timetable harbour", searchType=search_type, limit=50)

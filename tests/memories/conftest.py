@@ -57,6 +57,14 @@ def search(client, prefix: list[str], **body: Any):
     return client.post(SEARCH, {"namespace_prefix": prefix, **body}, format="json")
 
 
+def semantic_items(client, query: str, prefix: Any, **extra: Any) -> list[dict]:
+    """A search by meaning only (``search_type`` semantic): what the tests of the vectors' side check."""
+    body = {"namespace_prefix": list(prefix), "query": query, "search_type": "semantic", **extra}
+    response = client.post(SEARCH, body, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()["items"]
+
+
 def search_items(client, prefix: list[str], **body: Any) -> list[dict]:
     response = search(client, prefix, **body)
     assert response.status_code == 200, response.content
@@ -153,6 +161,13 @@ def alice(client_for):
 @pytest.fixture
 def bob(client_for):
     return client_for("bob")
+
+
+@pytest.fixture(params=["exact", "hnsw"])
+def plan(request, settings):
+    """Run a test under both ANN plans: small scopes are ranked exactly; threshold 0 forces the HNSW walk."""
+    settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = 2000 if request.param == "exact" else 0
+    return request.param
 
 
 @pytest.fixture

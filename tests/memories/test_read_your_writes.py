@@ -17,6 +17,7 @@ from apps.memories import fresh, indexer
 from apps.memories.models import IndexStatus, Memory, MemoryVector
 from apps.retrieval.embeddings import EmbeddingError, get_provider
 from tests.concurrency import run_concurrently
+from tests.memories.conftest import semantic_items
 
 pytestmark = pytest.mark.django_db
 
@@ -37,25 +38,9 @@ def delete(client, key, namespace=NS):
     assert response.status_code == 204, response.content
 
 
-# The meaning half of read your writes: search_type semantic (the words half: tests/memories/test_hybrid_search.py).
+# These tests are about the vectors' side: search by meaning only (the words: tests/memories/test_hybrid_search.py).
 def search(client, query, prefix=NS, **extra):
-    response = client.post(
-        "/v1/memories/search", {"namespace_prefix": list(prefix), "query": query, "search_type": "semantic", **extra}, format="json"
-    )
-    assert response.status_code == 200, response.content
-    return response.json()["items"]
-
-
-@pytest.fixture
-def bob(client_for):
-    return client_for("bob")
-
-
-@pytest.fixture(params=["exact", "hnsw"])
-def plan(request, settings):
-    """Both ANN plans: the versions waiting for the indexer are ranked with the neighbours of either."""
-    settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = 2000 if request.param == "exact" else 0
-    return request.param
+    return semantic_items(client, query, prefix, **extra)
 
 
 @pytest.fixture(params=["pending", "indexed"])

@@ -14,6 +14,7 @@ from django.utils import timezone
 from apps.memories import indexer
 from apps.memories.models import IndexStatus, Memory, MemoryVector
 from apps.retrieval.embeddings import EmbeddingError
+from tests.memories.conftest import semantic_items
 
 pytestmark = pytest.mark.django_db
 
@@ -28,25 +29,9 @@ def put(client, key, text, *, namespace=NS, index=None, **extra):
     return response.json()
 
 
-# These tests are about ranking by meaning: search_type semantic (hybrid search: tests/memories/test_hybrid_search.py).
+# These tests are about the vectors' side: search by meaning only (the words: tests/memories/test_hybrid_search.py).
 def search(client, query, prefix=("user", "bob"), **extra):
-    response = client.post(
-        "/v1/memories/search", {"namespace_prefix": list(prefix), "query": query, "search_type": "semantic", **extra}, format="json"
-    )
-    assert response.status_code == 200, response.content
-    return response.json()["items"]
-
-
-@pytest.fixture
-def bob(client_for):
-    return client_for("bob")
-
-
-@pytest.fixture(params=["exact", "hnsw"])
-def plan(request, settings):
-    """Run a test under both search plans: small scopes are ranked exactly; threshold 0 forces the HNSW walk."""
-    settings.MEMORY_VECTOR_EXACT_SCAN_THRESHOLD = 2000 if request.param == "exact" else 0
-    return request.param
+    return semantic_items(client, query, prefix, **extra)
 
 
 def test_results_are_ranked_with_scores_in_unit_interval(bob, plan):
