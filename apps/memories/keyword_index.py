@@ -81,10 +81,10 @@ def ranked(scope: Any, text: str, count: int) -> list[tuple[Any, float]]:
         stats AS (SELECT slot, count(*)::float8 AS df FROM hits GROUP BY slot),
         corpus AS (SELECT count(DISTINCT memory_id)::float8 AS n, avg(dl)::float8 AS avgdl FROM hits),
         ceiling AS (
-            SELECT sum({idf}) * {lexical.K1 + 1} AS value
+            SELECT {lexical.ceiling_sql(f"sum({idf})")} AS value
             FROM (SELECT DISTINCT slot FROM q) qs LEFT JOIN stats s USING (slot) CROSS JOIN corpus c
         )
-        SELECT h.memory_id, least(1.0, sum({weight}) / max(ceiling.value)) AS score
+        SELECT h.memory_id, {lexical.normalized_sql(f"sum({weight})", "max(ceiling.value)")} AS score
         FROM hits h JOIN stats s USING (slot) CROSS JOIN corpus c CROSS JOIN ceiling
         GROUP BY h.memory_id ORDER BY score DESC, h.memory_id LIMIT %s
     """  # noqa: S608 - fragments come from code; values are bound parameters
