@@ -21,6 +21,8 @@ from apps.runtime import embedded_services
 from tests import database
 from tests.live_service import LiveService
 
+pytest_plugins = ["tests.file_order"]
+
 # The key seeded from API_KEYS in config/settings/test.py; its client is "test-client".
 TEST_API_KEY = "test-api-key-0123456789"
 TEST_API_CLIENT = "test-client"

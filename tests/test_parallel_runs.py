@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from config.settings.test import valkey_database_url, xdist_valkey_databases
+from tests import file_order
 from tests.conftest import pytest_xdist_node_collection_finished
 
 
@@ -62,3 +63,30 @@ def test_a_node_id_shared_by_several_tests_stops_an_xdist_run() -> None:
     pytest_xdist_node_collection_finished(None, ["t.py::a[1]", "t.py::a[2]", "t.py::b"])
     with pytest.raises(pytest.exit.Exception, match=r"1 node ids .* e\.g\. t\.py::a$"):
         pytest_xdist_node_collection_finished(None, ["t.py::a", "t.py::a", "t.py::b"])
+
+
+class FakeItem:
+    def __init__(self, nodeid: str, *markers: str) -> None:
+        self.nodeid, self.markers = nodeid, markers
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return name if name in self.markers else None
+
+
+def test_files_of_expensive_tests_are_handed_out_first_and_cheap_files_last() -> None:
+    """xdist's own order (most tests first) ended a run with a minute of model tests on one worker."""
+    items = [FakeItem(f"tests/many.py::t{index}") for index in range(30)]
+    items += [FakeItem("tests/model.py::a", "model"), FakeItem("tests/model.py::b", "model")]
+    items += [FakeItem("tests/live.py::a", "live"), FakeItem("tests/few.py::a")]
+    file_order.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [item.nodeid for item in items][:4] == [
+        "tests/model.py::a",
+        "tests/model.py::b",
+        "tests/live.py::a",
+        "tests/many.py::t0",
+    ]
+    assert items[-1].nodeid == "tests/few.py::a"
+
+
+def test_xdist_keeps_the_order_of_the_files(request: pytest.FixtureRequest) -> None:
+    assert getattr(request.config.option, "loadscopereorder", False) is False
