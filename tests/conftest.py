@@ -341,10 +341,15 @@ def empty_tables_after_module(live_service: LiveService, django_db_blocker) -> I
 def own_key_rings(db) -> Iterator[None]:
     """Only this test's key rings are live (apps.encryption.key_rings): the rings the session's live servers and workers
     reported are deleted inside the test (its transaction restores them), so a test that switches
-    MEMORY_ENCRYPTION_KEYS (rotation) is not judged against the session's ring."""
+    MEMORY_ENCRYPTION_KEYS (rotation) is not judged against the session's ring. The test's transaction holds the
+    reports' lock, so none of theirs lands meanwhile (one did, a first report after a module emptied the tables)."""
+    from django.db import connection
+
     from apps.encryption import key_rings
     from apps.encryption.models import EncryptionKeyRing
 
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key_rings._LOCK_ID])
     EncryptionKeyRing.objects.all().delete()
     key_rings._remember_quietly(None)
     yield

@@ -148,3 +148,26 @@ def test_fingerprints_tell_keys_apart_and_reveal_none():
     assert len(one.fingerprints["k1"]) == 32
     raw = base64.b64decode(K1.split(":", 1)[1])
     assert raw.hex()[:32] != one.fingerprints["k1"] and crypto.key_fingerprint(raw) == one.fingerprints["k1"]
+
+
+def test_a_live_hosts_report_waits_for_a_test_that_owns_the_key_rings():
+    """own_key_rings (tests/conftest.py): a live server's first report after a module emptied the tables landed in a
+    rotation test and failed it ("lacks keys live hosts encrypt with"). Another session's report now waits."""
+    import threading
+
+    from django.db import connection, connections
+
+    got: list[bool] = []
+
+    def live_host() -> None:  # another session, as another process's report() would use
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key_rings._LOCK_ID])
+                got.append(cursor.fetchone()[0])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=live_host)
+    thread.start()
+    thread.join(10)
+    assert got == [False]
