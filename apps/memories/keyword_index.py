@@ -116,21 +116,23 @@ def _reindex(cursor: Any, rows: list[tuple[Any, Any]], kid: str) -> None:
     )
 
 
-def rebuild_missing(db: Any = connection) -> int:
-    """Index the active versions with index text that have no terms (written before the index existed)."""
-    kid, done = crypto.primary_key_id(), 0
+def rebuild(db: Any = connection, *, missing_only: bool = False) -> int:
+    """(Re-)index the active versions with index text: all of them (the normalisation of apps.retrieval.keywords
+    changed), or those without terms (written before the index existed). In batches, each its own statement pair."""
+    kid, done, after = crypto.primary_key_id(), 0, None
+    missing = "AND NOT EXISTS (SELECT FROM memory_terms t WHERE t.memory_id = m.id)" if missing_only else ""
     with db.cursor() as cursor:
         while True:
             cursor.execute(
                 "SELECT m.id, m.indexed_content FROM memories m WHERE m.state = 'active' "
-                "AND m.indexed_content IS NOT NULL AND NOT EXISTS (SELECT FROM memory_terms t WHERE t.memory_id = m.id) "
+                f"AND m.indexed_content IS NOT NULL AND (%s::uuid IS NULL OR m.id > %s) {missing} "  # noqa: S608
                 "ORDER BY m.id LIMIT %s",
-                [_BATCH],
+                [after, after, _BATCH],
             )
             rows = cursor.fetchall()
             if rows:
                 _reindex(cursor, rows, kid)
-                done += len(rows)
+                done, after = done + len(rows), rows[-1][0]
             if len(rows) < _BATCH:
                 return done
 

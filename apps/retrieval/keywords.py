@@ -8,7 +8,9 @@ lengths stay (BM25 needs them; apps.retrieval.lexical).
 
 Normalisation: Unicode NFKC, casefolded, split on anything that is not a letter or a digit (so ``SW-8629`` is two
 terms and ``SW8629`` one: codes are kept whole as typed), English stop words dropped, and a light suffix stemmer so
-``shipped``, ``shipping`` and ``ships`` meet. Numbers and tokens holding a digit are never stemmed.
+``shipped``, ``shipping`` and ``ships`` meet, and ``note``, ``notes`` and ``noted``. Numbers and tokens holding a digit are
+never stemmed. Changing any of this changes the stored hashes: a migration then rebuilds the index
+(``keyword_index.rebuild``).
 """
 
 from __future__ import annotations
@@ -36,22 +38,31 @@ STOP_WORDS = frozenset(
     why will with would you your yours yourself yourselves""".split()
 )
 _SUFFIXES = ("ingly", "edly", "ings", "ing", "ies", "ied", "ed", "es", "s", "ly")
+_ES_AFTER = ("s", "x", "z", "ch", "sh", "o")  # "boxes", "wishes", "potatoes": the plural adds "es"
 
 
 def _stem(term: str) -> str:
+    """``term`` without its inflection, so that its forms meet: ``ship``, ``ships``, ``shipped``, ``shipping``;
+    and, by dropping a final "e", ``note``, ``notes``, ``noted``, ``noting`` (all ``not``: a stop word never is a
+    term, so no real word collides with it)."""
     if any(ch.isdigit() for ch in term) or len(term) <= 3:
         return term
+    stem = term
     for suffix in _SUFFIXES:
         if term.endswith(suffix) and len(term) - len(suffix) >= 3:
             stem = term[: -len(suffix)]
             if suffix in ("ies", "ied"):
                 return stem + "y"
+            if suffix == "es" and not stem.endswith(_ES_AFTER):  # "notes" is "note" + "s"
+                stem = term[:-1]
             if suffix == "s" and stem.endswith("s"):  # "glass" is not a plural
                 return term
-            if len(stem) >= 4 and stem[-1] == stem[-2] and stem[-1] not in "lsz":  # "shipp" -> "ship"
-                stem = stem[:-1]
-            return stem
-    return term
+            if suffix[0] in "ei" and len(stem) >= 4 and stem[-1] == stem[-2] and stem[-1] not in "aeioulsz":
+                stem = stem[:-1]  # "shipp" -> "ship"
+            break
+    while len(stem) >= 4 and stem.endswith("e"):  # "agree", "agreed": "agr"
+        stem = stem[:-1]
+    return stem
 
 
 def terms(text: str) -> list[str]:

@@ -82,6 +82,39 @@ def test_words_are_found_right_after_the_put_and_the_old_words_leave_with_replac
         assert cursor.fetchone()[0] == 0  # a closed version's terms leave in its write
 
 
+@pytest.mark.parametrize(
+    ("written", "asked"),
+    [("meeting notes", "note"), ("the note", "notes"), ("renamed files", "file name"), ("two boxes", "box"),
+     ("shipped parcels", "shipping parcel"), ("they agreed", "agree"), ("cities", "city")],
+)  # fmt: skip
+def test_a_words_forms_find_each_other(bob, written, asked):
+    """Before: "notes" was stemmed to "not" and "note" stayed "note", so neither found the other."""
+    remember(bob, "form", f"Bob kept {written} in the drawer")
+    assert keys(bob, asked, search_type="fulltext") == ["form"]
+
+
+def test_a_rebuild_rehashes_terms_written_under_another_normalisation(bob):
+    """Migration 0012: terms hashed under the old stemmer ("note" kept whole, while "notes" now asks for "not") are
+    rebuilt from the index text."""
+    from apps.encryption import crypto
+    from apps.memories import keyword_index
+    from apps.retrieval import keywords
+
+    remember(bob, "old", "meeting note for Tuesday")
+    kid = crypto.primary_key_id()
+    old_terms = [keywords.term_hash(keywords.term_key(kid), term) for term in ("meet", "note", "tuesday")]
+    with connection.cursor() as cursor:  # the rows as the old stemmer wrote them
+        cursor.execute("DELETE FROM memory_terms")
+        cursor.execute(
+            "INSERT INTO memory_terms (memory_id, term, tf, dl, key_id) "
+            "SELECT id, unnest(%s::bigint[]), 1, 3, %s FROM memories WHERE state = 'active'", [old_terms, kid],
+        )  # fmt: skip
+    assert keys(bob, "notes", search_type="fulltext") == []
+    assert keyword_index.rebuild(connection) == 1
+    assert keys(bob, "notes", search_type="fulltext") == ["old"]
+    assert keys(bob, "tuesday", search_type="fulltext") == ["old"]
+
+
 def test_the_index_holds_hashes_never_text(bob):
     remember(bob, "secret", "the vault code is Marmalade7")
     with connection.cursor() as cursor:

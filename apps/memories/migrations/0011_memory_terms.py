@@ -21,7 +21,7 @@ CREATE INDEX memory_terms_key ON memory_terms (key_id);
 def backfill(apps, schema_editor):
     from apps.memories import keyword_index
 
-    keyword_index.rebuild_missing(schema_editor.connection)
+    keyword_index.rebuild(schema_editor.connection, missing_only=True)
 
 
 class Migration(migrations.Migration):
