@@ -121,14 +121,13 @@ def rebuild(db: Any = connection, *, missing_only: bool = False) -> int:
     changed), or those without terms (written before the index existed). In batches, each its own statement pair."""
     kid, done, after = crypto.primary_key_id(), 0, None
     missing = "AND NOT EXISTS (SELECT FROM memory_terms t WHERE t.memory_id = m.id)" if missing_only else ""
+    sql = (
+        f"SELECT m.id, m.indexed_content FROM memories m WHERE m.state = 'active' {missing} "  # noqa: S608 - fixed
+        "AND m.indexed_content IS NOT NULL AND (%s::uuid IS NULL OR m.id > %s) ORDER BY m.id LIMIT %s"
+    )
     with db.cursor() as cursor:
         while True:
-            cursor.execute(
-                "SELECT m.id, m.indexed_content FROM memories m WHERE m.state = 'active' "
-                f"AND m.indexed_content IS NOT NULL AND (%s::uuid IS NULL OR m.id > %s) {missing} "  # noqa: S608
-                "ORDER BY m.id LIMIT %s",
-                [after, after, _BATCH],
-            )
+            cursor.execute(sql, [after, after, _BATCH])
             rows = cursor.fetchall()
             if rows:
                 _reindex(cursor, rows, kid)
