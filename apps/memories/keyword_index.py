@@ -62,23 +62,65 @@ def _query_hashes(text: str) -> tuple[list[int], list[int]]:
     return hashes, slots
 
 
-def ranked(scope: Any, text: str, count: int) -> list[tuple[Any, float]]:
-    """The ``count`` best (memory id, score in [0, 1]) of ``scope`` (a selectors.Scope) for ``text`` by its words."""
+# A scope of at most this many live versions is read from its versions (each probes the query's terms by primary
+# key); a larger one from the query terms' rows, each term's first HITS_PER_TERM in the scope when not exhaustive.
+SMALL_SCOPE = 2000
+HITS_PER_TERM = 1000
+
+
+def ranked(scope: Any, text: str, count: int, *, exhaustive: bool = True) -> list[tuple[Any, float]]:
+    """The ``count`` best (memory id, score in [0, 1]) of ``scope`` (a selectors.Scope) for ``text`` by its words.
+
+    ``exhaustive=False`` (hybrid search, whose meaning half finds what common words would) reads at most
+    HITS_PER_TERM matches of each term in a large scope: a rare term's matches are all read; a term with more weighs
+    nothing (its df counts as N), so its first matches add no score and a version found only through it ranks
+    last among the words."""
     hashes, slots = _query_hashes(text)
     if not hashes or count <= 0:
         return []
     prefix_sql, prefix_params = filters.namespace_prefix_sql(scope.namespace_prefix, "m.namespace")
     filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "m.attributes")
-    idf = lexical.idf_sql("coalesce(s.df, 0)", "c.n")
-    weight = lexical.term_weight_sql(lexical.idf_sql("s.df", "c.n"), "h.tf", "h.dl", "c.avgdl")
-    sql = f"""
+    in_scope = f"m.state = 'active' AND (m.expires_at IS NULL OR m.expires_at > %s) AND {prefix_sql} AND {filter_sql}"
+    scope_params = [timezone.now(), *prefix_params, *filter_params]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT m.id FROM memories m WHERE {in_scope} LIMIT %s", [*scope_params, SMALL_SCOPE + 1])  # noqa: S608
+        ids = [row[0] for row in cursor.fetchall()]
+        if len(ids) <= SMALL_SCOPE:  # the scope's versions, hash-joined with the query terms' rows (index only)
+            hits = """
+                SELECT t.memory_id, q.slot, t.tf, t.dl
+                FROM q JOIN memory_terms t ON t.term = q.term JOIN unnest(%s::uuid[]) AS m(id) ON m.id = t.memory_id
+            """
+            scope_params = [ids]
+        elif exhaustive:
+            hits = f"""
+                SELECT t.memory_id, q.slot, t.tf, t.dl
+                FROM q JOIN memory_terms t ON t.term = q.term JOIN memories m ON m.id = t.memory_id WHERE {in_scope}
+            """  # noqa: S608
+        else:
+            hits = f"""
+                SELECT h.* FROM q CROSS JOIN LATERAL (
+                    SELECT t.memory_id, q.slot, t.tf, t.dl
+                    FROM memory_terms t JOIN memories m ON m.id = t.memory_id WHERE t.term = q.term AND {in_scope}
+                    LIMIT {HITS_PER_TERM}
+                ) h
+            """  # noqa: S608
+        saturated = HITS_PER_TERM if not exhaustive and len(ids) > SMALL_SCOPE else None
+        cursor.execute(_ranking_sql(hits, saturated), [hashes, slots, *scope_params, count])
+        return [(memory_id, float(score)) for memory_id, score in cursor.fetchall()]
+
+
+def _ranking_sql(hits: str, saturated: int | None) -> str:
+    """BM25 over ``hits`` (memory_id, slot, tf, dl: the scope's rows of the query terms ``q``), best first; a term
+    with ``saturated`` hits or more (its reading was cut there) counts as held by all (df = N: no weight)."""
+    full = f"count(*) >= {int(saturated)}" if saturated else "false"
+    idf = lexical.idf_sql("CASE WHEN s.full THEN c.n ELSE coalesce(s.df, 0) END", "c.n")  # no row: held by none
+    weight = lexical.term_weight_sql(
+        lexical.idf_sql("CASE WHEN s.full THEN c.n ELSE s.df END", "c.n"), "h.tf", "h.dl", "c.avgdl"
+    )
+    return f"""
         WITH q AS (SELECT * FROM unnest(%s::bigint[], %s::int[]) AS q(term, slot)),
-        hits AS MATERIALIZED (
-            SELECT t.memory_id, q.slot, t.tf, t.dl
-            FROM q JOIN memory_terms t ON t.term = q.term JOIN memories m ON m.id = t.memory_id
-            WHERE m.state = 'active' AND (m.expires_at IS NULL OR m.expires_at > %s) AND {prefix_sql} AND {filter_sql}
-        ),
-        stats AS (SELECT slot, count(*)::float8 AS df FROM hits GROUP BY slot),
+        hits AS MATERIALIZED ({hits}),
+        stats AS (SELECT slot, count(*)::float8 AS df, {full} AS full FROM hits GROUP BY slot),
         corpus AS (SELECT count(DISTINCT memory_id)::float8 AS n, avg(dl)::float8 AS avgdl FROM hits),
         ceiling AS (
             SELECT {lexical.ceiling_sql(f"sum({idf})")} AS value
@@ -88,9 +130,6 @@ def ranked(scope: Any, text: str, count: int) -> list[tuple[Any, float]]:
         FROM hits h JOIN stats s USING (slot) CROSS JOIN corpus c CROSS JOIN ceiling
         GROUP BY h.memory_id ORDER BY score DESC, h.memory_id LIMIT %s
     """  # noqa: S608 - fragments come from code; values are bound parameters
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [hashes, slots, timezone.now(), *prefix_params, *filter_params, count])
-        return [(memory_id, float(score)) for memory_id, score in cursor.fetchall()]
 
 
 # --- Rebuilding: the migration's backfill and key rotation ---------------------------------------------------------

@@ -107,11 +107,14 @@ def _rank(scope: Any, texts: list[str], search_type: str, depth: int) -> list[Ra
         if search_type == "semantic":
             lists.append(_best(meaning, depth))
             continue
-        words = dict(keyword_index.ranked(scope, text, depth))
+        # Words alone (fulltext, or no embedder) read every match; next to meaning, a common term's first matches.
+        words = dict(keyword_index.ranked(scope, text, depth, exhaustive=query_vectors is None))
         if query_vectors is None:  # fulltext, or auto without the embedder
             lists.append(_best(words, depth))
             continue
-        meaning.update(_similarities(provider, query_vectors[position], pending, [m for m in words if m not in meaning]))
+        meaning.update(
+            _similarities(provider, query_vectors[position], pending, [m for m in words if m not in meaning])
+        )
         weight = float(settings.MEMORY_SEARCH_SEMANTIC_WEIGHT)
         fused = {
             # A version with no vectors yet (waiting for the indexer beyond what the search embeds) has no meaning
@@ -132,7 +135,10 @@ def _similarities(provider: Any, query_vector: list[float], pending: dict, memor
     stored = vector_index.distances(provider, query_vector, memory_ids)
     waiting = {memory_id: pending[memory_id] for memory_id in memory_ids if memory_id in pending}
     best = fresh.merge(
-        [Neighbour(memory_id, distance) for memory_id, distance in stored.items()], query_vector, waiting, len(memory_ids)
+        [Neighbour(memory_id, distance) for memory_id, distance in stored.items()],
+        query_vector,
+        waiting,
+        len(memory_ids),
     )
     return {n.memory_id: similarity(n.distance) for n in best}
 
@@ -159,9 +165,9 @@ def _items(page: Ranked, matched: dict[Any, list[str]] | None) -> list[dict]:
     now = timezone.now()
     rows = {
         memory.id: memory
-        for memory in Memory.objects.filter(id__in=[memory_id for memory_id, _ in page], state=MemoryState.ACTIVE).filter(
-            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
-        )
+        for memory in Memory.objects.filter(
+            id__in=[memory_id for memory_id, _ in page], state=MemoryState.ACTIVE
+        ).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
     }
     items = []
     for memory_id, score in page:

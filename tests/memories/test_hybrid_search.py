@@ -69,6 +69,39 @@ def test_a_reference_code_finds_its_memory_among_order_status_look_alikes(coded_
     assert found == 10
 
 
+def scored(client, query, **body):
+    return [(item["key"], round(item["score"], 9)) for item in find(client, query, **body)]
+
+
+@pytest.mark.parametrize("search_type", ["fulltext", "auto"])
+def test_a_small_scope_read_from_its_versions_ranks_as_one_read_from_the_terms(coded_store, monkeypatch, search_type):
+    """keyword_index.ranked reads a scope of at most SMALL_SCOPE versions from the versions (a 1% prefix of 100k
+    memories: 60 -> 14 ms, bench/semantic_search.py), a larger one from the terms' rows: the same BM25 either way."""
+    from apps.memories import keyword_index
+
+    queries = ["order status for reference SW8625", "router hallway", "parcel 7 shipped", "status of the order"]
+    small = [scored(coded_store, query, search_type=search_type, limit=30) for query in queries]
+    monkeypatch.setattr(keyword_index, "SMALL_SCOPE", 5)
+    assert [scored(coded_store, query, search_type=search_type, limit=30) for query in queries] == small
+    assert all(small)
+
+
+def test_next_to_meaning_a_common_terms_matches_are_read_only_so_far_and_a_rare_one_still_decides(
+    coded_store, monkeypatch
+):
+    """In auto, a large scope's term held by more than HITS_PER_TERM versions is read that far (100k memories: the
+    words half 115 -> 19 ms p50); a rare term's matches are all read, so a code still finds its memory. fulltext (words
+    alone) reads every match. (Before the weight of a cut term was set to nothing, "order" read 3 times out of 20 looked
+    rare and order memories beat the codes.)"""
+    from apps.memories import keyword_index
+
+    monkeypatch.setattr(keyword_index, "SMALL_SCOPE", 5)
+    monkeypatch.setattr(keyword_index, "HITS_PER_TERM", 3)
+    for n, code in enumerate(CODES):
+        assert keys(coded_store, f"order status for reference {code}", search_type="auto", limit=3)[0] == f"code{n}"
+    assert len(keys(coded_store, "order status", search_type="fulltext", limit=30)) == 20  # not HITS_PER_TERM
+
+
 def test_words_are_found_right_after_the_put_and_the_old_words_leave_with_replace_and_delete(bob):
     remember(bob, "pet", "the cat is called Zorblax")
     assert keys(bob, "Zorblax", search_type="fulltext") == ["pet"]  # no indexer run: written in the PUT
@@ -222,7 +255,9 @@ def test_per_query_limit_bounds_each_questions_share(bob):
     for n in range(6):
         remember(bob, f"tea{n}", f"green tea number {n}")
         remember(bob, f"cake{n}", f"lemon cake number {n}")
-    items = find(bob, queries=[{"text": "green tea"}, {"text": "lemon cake"}], per_query_limit=2, search_type="fulltext")
+    items = find(
+        bob, queries=[{"text": "green tea"}, {"text": "lemon cake"}], per_query_limit=2, search_type="fulltext"
+    )
     assert len(items) == 4
     assert sorted(item["matched_queries"][0] for item in items) == ["green tea"] * 2 + ["lemon cake"] * 2
 
