@@ -63,9 +63,11 @@ def _query_hashes(text: str) -> tuple[list[int], list[int]]:
 
 
 # A scope of at most this many live versions is read from its versions (each probes the query's terms by primary
-# key); a larger one from the query terms' rows, each term's first HITS_PER_TERM in the scope when not exhaustive.
-SMALL_SCOPE = 2000
-HITS_PER_TERM = 1000
+# key: bounded by the scope, not by how many versions of all users hold a common term); a larger one from the query
+# terms' rows, each term's first HITS_PER_TERM in the scope when not exhaustive (100k memories, whole scope, the
+# words half of auto: 115 -> 8.5 ms p50; bench/semantic_search.py).
+SMALL_SCOPE = 1000
+HITS_PER_TERM = 300
 
 
 def ranked(scope: Any, text: str, count: int, *, exhaustive: bool = True) -> list[tuple[Any, float]]:
@@ -87,8 +89,10 @@ def ranked(scope: Any, text: str, count: int, *, exhaustive: bool = True) -> lis
         ids = [row[0] for row in cursor.fetchall()]
         if len(ids) <= SMALL_SCOPE:  # the scope's versions, hash-joined with the query terms' rows (index only)
             hits = """
-                SELECT t.memory_id, q.slot, t.tf, t.dl
-                FROM q JOIN memory_terms t ON t.term = q.term JOIN unnest(%s::uuid[]) AS m(id) ON m.id = t.memory_id
+                SELECT m.id AS memory_id, q.slot, t.tf, t.dl
+                FROM unnest(%s::uuid[]) AS m(id) CROSS JOIN q CROSS JOIN LATERAL (
+                    SELECT t.tf, t.dl FROM memory_terms t WHERE t.term = q.term AND t.memory_id = m.id OFFSET 0
+                ) t
             """
             scope_params = [ids]
         elif exhaustive:

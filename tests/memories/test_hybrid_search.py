@@ -76,7 +76,7 @@ def scored(client, query, **body):
 @pytest.mark.parametrize("search_type", ["fulltext", "auto"])
 def test_a_small_scope_read_from_its_versions_ranks_as_one_read_from_the_terms(coded_store, monkeypatch, search_type):
     """keyword_index.ranked reads a scope of at most SMALL_SCOPE versions from the versions (a 1% prefix of 100k
-    memories: 60 -> 14 ms, bench/semantic_search.py), a larger one from the terms' rows: the same BM25 either way."""
+    memories: 60 -> 12 ms, bench/semantic_search.py), a larger one from the terms' rows: the same BM25 either way."""
     from apps.memories import keyword_index
 
     queries = ["order status for reference SW8625", "router hallway", "parcel 7 shipped", "status of the order"]
@@ -90,7 +90,7 @@ def test_next_to_meaning_a_common_terms_matches_are_read_only_so_far_and_a_rare_
     coded_store, monkeypatch
 ):
     """In auto, a large scope's term held by more than HITS_PER_TERM versions is read that far (100k memories: the
-    words half 115 -> 19 ms p50); a rare term's matches are all read, so a code still finds its memory. fulltext (words
+    words half 115 -> 8.5 ms p50); a rare term's matches are all read, so a code still finds its memory. fulltext (words
     alone) reads every match. (Before the weight of a cut term was set to nothing, "order" read 3 times out of 20 looked
     rare and order memories beat the codes.)"""
     from apps.memories import keyword_index
