@@ -62,10 +62,13 @@ def _query_hashes(text: str) -> tuple[list[int], list[int]]:
     return hashes, slots
 
 
-# A scope of at most this many live versions is read from its versions (each probes the query's terms by primary
-# key: bounded by the scope, not by how many versions of all users hold a common term); a larger one from the query
-# terms' rows, each term's first HITS_PER_TERM in the scope when not exhaustive (100k memories, whole scope, the
-# words half of auto: 115 -> 8.5 ms p50; bench/semantic_search.py).
+# How the scope's rows of the query terms are read. When no query term has more than SHORT_POSTINGS rows (of all
+# users: counted on the primary key alone), from those rows: the work is bounded by them. Otherwise a scope of at
+# most SMALL_SCOPE live versions from its versions (each probes the query's terms by primary key: bounded by the
+# scope, not by how many versions of all users hold a common term); a larger one from the query terms' rows, each
+# term's first HITS_PER_TERM in the scope when not exhaustive (100k memories, whole scope, the words half of auto:
+# 115 -> 11.5 ms p50; bench/semantic_search.py).
+SHORT_POSTINGS = 1000
 SMALL_SCOPE = 1000
 HITS_PER_TERM = 300
 
@@ -85,32 +88,47 @@ def ranked(scope: Any, text: str, count: int, *, exhaustive: bool = True) -> lis
     in_scope = f"m.state = 'active' AND (m.expires_at IS NULL OR m.expires_at > %s) AND {prefix_sql} AND {filter_sql}"
     scope_params = [timezone.now(), *prefix_params, *filter_params]
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT m.id FROM memories m WHERE {in_scope} LIMIT %s", [*scope_params, SMALL_SCOPE + 1])  # noqa: S608
-        ids = [row[0] for row in cursor.fetchall()]
-        if len(ids) <= SMALL_SCOPE:  # the scope's versions, hash-joined with the query terms' rows (index only)
-            hits = """
-                SELECT m.id AS memory_id, q.slot, t.tf, t.dl
-                FROM unnest(%s::uuid[]) AS m(id) CROSS JOIN q CROSS JOIN LATERAL (
-                    SELECT t.tf, t.dl FROM memory_terms t WHERE t.term = q.term AND t.memory_id = m.id OFFSET 0
-                ) t
-            """
-            scope_params = [ids]
-        elif exhaustive:
-            hits = f"""
-                SELECT t.memory_id, q.slot, t.tf, t.dl
-                FROM q JOIN memory_terms t ON t.term = q.term JOIN memories m ON m.id = t.memory_id WHERE {in_scope}
-            """  # noqa: S608
-        else:
-            hits = f"""
-                SELECT h.* FROM q CROSS JOIN LATERAL (
-                    SELECT t.memory_id, q.slot, t.tf, t.dl
-                    FROM memory_terms t JOIN memories m ON m.id = t.memory_id WHERE t.term = q.term AND {in_scope}
-                    LIMIT {HITS_PER_TERM}
-                ) h
-            """  # noqa: S608
-        saturated = HITS_PER_TERM if not exhaustive and len(ids) > SMALL_SCOPE else None
-        cursor.execute(_ranking_sql(hits, saturated), [hashes, slots, *scope_params, count])
+        hits, hits_params, saturated = _hits(cursor, hashes, in_scope, scope_params, exhaustive)
+        cursor.execute(_ranking_sql(hits, saturated), [hashes, slots, *hits_params, count])
         return [(memory_id, float(score)) for memory_id, score in cursor.fetchall()]
+
+
+def _hits(
+    cursor: Any, hashes: list[int], in_scope: str, params: list, exhaustive: bool
+) -> tuple[str, list, int | None]:
+    """The SQL of the scope's rows of the query terms ``q`` (memory_id, slot, tf, dl), its parameters, and the hit
+    count from which a term counts as cut short (None: every row was read)."""
+    every_row = f"""
+        SELECT t.memory_id, q.slot, t.tf, t.dl
+        FROM q JOIN memory_terms t ON t.term = q.term JOIN memories m ON m.id = t.memory_id WHERE {in_scope}
+    """  # noqa: S608
+    cursor.execute(
+        "SELECT max(n) FROM unnest(%s::bigint[]) AS q(term) CROSS JOIN LATERAL "
+        "(SELECT count(*) AS n FROM (SELECT FROM memory_terms t WHERE t.term = q.term LIMIT %s) r) c",
+        [hashes, SHORT_POSTINGS + 1],
+    )
+    if cursor.fetchone()[0] <= SHORT_POSTINGS:
+        return every_row, params, None
+    cursor.execute(f"SELECT m.id FROM memories m WHERE {in_scope} LIMIT %s", [*params, SMALL_SCOPE + 1])  # noqa: S608
+    ids = [row[0] for row in cursor.fetchall()]
+    if len(ids) <= SMALL_SCOPE:  # the scope's versions, each probing the query's terms
+        probes = """
+            SELECT m.id AS memory_id, q.slot, t.tf, t.dl
+            FROM unnest(%s::uuid[]) AS m(id) CROSS JOIN q CROSS JOIN LATERAL (
+                SELECT t.tf, t.dl FROM memory_terms t WHERE t.term = q.term AND t.memory_id = m.id OFFSET 0
+            ) t
+        """
+        return probes, [ids], None
+    if exhaustive:
+        return every_row, params, None
+    first_hits = f"""
+        SELECT h.* FROM q CROSS JOIN LATERAL (
+            SELECT t.memory_id, q.slot, t.tf, t.dl
+            FROM memory_terms t JOIN memories m ON m.id = t.memory_id WHERE t.term = q.term AND {in_scope}
+            LIMIT {HITS_PER_TERM}
+        ) h
+    """  # noqa: S608
+    return first_hits, params, HITS_PER_TERM
 
 
 def _ranking_sql(hits: str, saturated: int | None) -> str:

@@ -74,27 +74,32 @@ def scored(client, query, **body):
 
 
 @pytest.mark.parametrize("search_type", ["fulltext", "auto"])
-def test_a_small_scope_read_from_its_versions_ranks_as_one_read_from_the_terms(coded_store, monkeypatch, search_type):
-    """keyword_index.ranked reads a scope of at most SMALL_SCOPE versions from the versions (a 1% prefix of 100k
-    memories: 60 -> 12 ms, bench/semantic_search.py), a larger one from the terms' rows: the same BM25 either way."""
+def test_each_way_of_reading_the_terms_ranks_alike(coded_store, monkeypatch, search_type):
+    """keyword_index._hits reads the scope's rows of the query terms from those rows when they are few, from the
+    scope's versions when the scope is small (a 1% prefix of 100k memories: 60 -> 12 ms, bench/semantic_search.py),
+    and from all of a large scope's rows for fulltext: the same BM25 every way."""
     from apps.memories import keyword_index
 
     queries = ["order status for reference SW8625", "router hallway", "parcel 7 shipped", "status of the order"]
-    small = [scored(coded_store, query, search_type=search_type, limit=30) for query in queries]
-    monkeypatch.setattr(keyword_index, "SMALL_SCOPE", 5)
-    assert [scored(coded_store, query, search_type=search_type, limit=30) for query in queries] == small
-    assert all(small)
+    few_rows = [scored(coded_store, query, search_type=search_type, limit=30) for query in queries]
+    assert all(few_rows)
+    monkeypatch.setattr(keyword_index, "SHORT_POSTINGS", 0)  # every term "common": read from the scope's versions
+    assert [scored(coded_store, query, search_type=search_type, limit=30) for query in queries] == few_rows
+    if search_type == "fulltext":
+        monkeypatch.setattr(keyword_index, "SMALL_SCOPE", 5)  # a "large" scope: every row of its terms
+        assert [scored(coded_store, query, search_type=search_type, limit=30) for query in queries] == few_rows
 
 
 def test_next_to_meaning_a_common_terms_matches_are_read_only_so_far_and_a_rare_one_still_decides(
     coded_store, monkeypatch
 ):
     """In auto, a large scope's term held by more than HITS_PER_TERM versions is read that far (100k memories: the
-    words half 115 -> 8.5 ms p50); a rare term's matches are all read, so a code still finds its memory. fulltext (words
+    words half 115 -> 11.5 ms p50); a rare term's matches are all read, so a code still finds its memory. fulltext (words
     alone) reads every match. (Before the weight of a cut term was set to nothing, "order" read 3 times out of 20 looked
     rare and order memories beat the codes.)"""
     from apps.memories import keyword_index
 
+    monkeypatch.setattr(keyword_index, "SHORT_POSTINGS", 0)
     monkeypatch.setattr(keyword_index, "SMALL_SCOPE", 5)
     monkeypatch.setattr(keyword_index, "HITS_PER_TERM", 3)
     for n, code in enumerate(CODES):
