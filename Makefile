@@ -22,8 +22,14 @@ endif
 
 .PHONY: run test install install-dev lint bench-memories bench-conversations bench-conversation-search services-stop clean-data torch-pip-options
 
+# Bytecode: an environment with PYTHONDONTWRITEBYTECODE set (this project's machines have it) makes every Python
+# process compile every module it imports from source, each time: 23 s instead of 11 s for a test process to start,
+# and the suite starts dozens (workers, servers, Celery workers). The commands below cache bytecode under the
+# virtualenv (PYTHONPYCACHEPREFIX), so the source tree stays clean and the cache goes with the virtualenv.
+BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache
+
 run: $(VENV)/.installed
-	$(BIN)/python manage.py up --port $(PORT)
+	$(BYTECODE) $(BIN)/python manage.py up --port $(PORT)
 
 # Three pytest-xdist workers, a test file each at a time (module fixtures stay in one process): much of the suite
 # waits on servers and workers it starts, so on two cores a third process fills the waits (2,834 tests: 305 s with two,
@@ -32,7 +38,7 @@ run: $(VENV)/.installed
 TEST_WORKERS ?= 3
 
 test: $(VENV)/.installed-dev
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BYTECODE) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev

@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from apps.runtime import embedded_services
 from tests import database
-from tests.live_service import LiveService
+from tests.live_service import INHERITED_ENV, LiveService
 
 pytest_plugins = ["tests.file_order"]
 
@@ -301,14 +301,11 @@ def wait_until_released(kind: int, timeout: float = 10.0) -> None:
 
 # What a service process started by a test inherits from the test's environment: nothing a test may have set
 # (SERVICE_POLICY_DIR, DATABASE_URL, EMBEDDING_*, ...), only what finding programs and temp files needs.
-_INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "XDG_RUNTIME_DIR")
-
-
 def service_env(**overrides: str) -> dict[str, str]:
     """A clean environment for `manage.py up` / a Celery worker started by a test, plus ``overrides``."""
     import os
 
-    env = {name: os.environ[name] for name in _INHERITED_ENV if name in os.environ}
+    env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
     env.update(overrides)
     return env
 

@@ -31,7 +31,10 @@ from urllib.parse import quote
 import requests
 from django.conf import settings
 
-_PROCESS_ENV = {"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONDONTWRITEBYTECODE"}
+# What a process a test starts inherits from the test's environment, nothing else: the system's basics, and where
+# bytecode is cached (the Makefile's BYTECODE: without it each process compiles every module it imports again).
+INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "XDG_RUNTIME_DIR",
+                 "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")  # fmt: skip
 
 
 def free_port() -> int:
@@ -159,7 +162,7 @@ class LiveService:
         # os.environ would hand the server whatever an earlier test left there (a SERVICE_POLICY_DIR that no
         # longer exists stopped it from booting).
         self.env = {
-            **{name: value for name, value in os.environ.items() if name in _PROCESS_ENV},
+            **{name: value for name, value in os.environ.items() if name in INHERITED_ENV},
             "DJANGO_SETTINGS_MODULE": "config.settings.embedded",
             "DATABASE_URL": database_url(db_settings),
             "REDIS_URL": settings.REDIS_URL,

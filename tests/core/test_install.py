@@ -73,3 +73,14 @@ def test_the_torch_step_resolves_to_a_cpu_build_without_nvidia_packages(tmp_path
     resolved = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
     assert resolved["torch"].startswith("2.13.0+cpu"), resolved
     assert [name for name in resolved if name.startswith(("nvidia-", "triton"))] == [], resolved
+
+
+@pytest.mark.parametrize("target", ["test", "run"])
+def test_make_caches_bytecode_under_the_virtualenv_whatever_the_environment_says(target: str) -> None:
+    """With PYTHONDONTWRITEBYTECODE set (as on this project's machines) every process of a test run compiled every
+    module it imported, each time: 23 s instead of 11 s for a test process to start."""
+    command = make("-n", target).strip().splitlines()[-1]
+    assert command.startswith(f"PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX={ROOT / '.venv' / 'pycache'} "), command
+    from tests.live_service import INHERITED_ENV
+
+    assert {"PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"} <= set(INHERITED_ENV)  # the processes tests start too
