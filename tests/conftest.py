@@ -339,7 +339,7 @@ def own_key_rings(db) -> Iterator[None]:
     """Only this test's key rings are live (apps.encryption.key_rings): the rings the session's live servers and workers
     reported are deleted inside the test (its transaction restores them), so a test that switches
     MEMORY_ENCRYPTION_KEYS (rotation) is not judged against the session's ring. The test's transaction holds the
-    reports' lock, so none of theirs lands meanwhile (one did, a first report after a module emptied the tables)."""
+    reports' lock, so none of theirs lands meanwhile either (a live process's heartbeat, or its first report)."""
     from django.db import connection
 
     from apps.encryption import key_rings

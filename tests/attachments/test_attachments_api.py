@@ -818,6 +818,7 @@ def test_rotate_encryption_key_reseals_blobs(client_for, settings, attachment_di
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("own_key_rings")  # without it, a live server's ring reported minutes before failed it
 def test_rotation_reports_a_blob_that_does_not_open(client_for, settings, attachment_dir):
     import base64
 

@@ -151,8 +151,8 @@ def test_fingerprints_tell_keys_apart_and_reveal_none():
 
 
 def test_a_live_hosts_report_waits_for_a_test_that_owns_the_key_rings():
-    """own_key_rings (tests/conftest.py): a live server's first report after a module emptied the tables landed in a
-    rotation test and failed it ("lacks keys live hosts encrypt with"). Another session's report now waits."""
+    """own_key_rings (tests/conftest.py): a report another process makes while a rotation test runs (a heartbeat, or
+    a first report after a module emptied the tables) would make the test's ring look lacking; it now waits."""
     import threading
 
     from django.db import connection, connections
