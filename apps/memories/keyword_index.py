@@ -69,7 +69,7 @@ def _query_hashes(text: str) -> tuple[list[int], list[int]]:
 # term's first HITS_PER_TERM in the scope when not exhaustive (100k memories, whole scope, the words half of auto:
 # 115 -> 11.5 ms p50; bench/semantic_search.py).
 SHORT_POSTINGS = 1000
-SMALL_SCOPE = 1000
+SMALL_SCOPE = 2000
 HITS_PER_TERM = 300
 
 
