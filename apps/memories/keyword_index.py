@@ -6,8 +6,10 @@ words; the terms of the version a PUT or DELETE closes leave in that same statem
 
 Ranking is BM25 (apps.retrieval.lexical) with statistics taken inside the search's own scope only: ``N`` is the
 number of the scope's live versions that hold any of the query's terms and ``df`` how many of them hold each term.
-So another tenant's words never move a caller's scores, and the lookup reads only rows that match a query term
-(through the primary key ``(term, memory_id)``), never a count of the whole scope. Within the set that matches,
+So another tenant's words never move a caller's scores (they may only change how the rows are read: ``_hits``),
+and the lookup reads only rows that match a query term (through the primary key ``(term, memory_id)``), never a
+count of the whole scope. Next to meaning (``auto``), a large scope's common term is read only to HITS_PER_TERM
+matches and then weighs nothing. Within the set that matches,
 a term every match shares weighs almost nothing and a term one match holds weighs most: "order status for reference
 SW8629" is decided by SW8629. The raw sum is divided by the query's ceiling (lexical.ceiling over all its terms, a
 term nobody holds counting at df = 0), so a version that matches only a query's common words scores low.
