@@ -8,11 +8,11 @@ Ranking is BM25 (apps.retrieval.lexical) with statistics taken inside the search
 number of the scope's live versions that hold any of the query's terms and ``df`` how many of them hold each term.
 So another tenant's words never move a caller's scores (they may only change how the rows are read: ``_hits``),
 and the lookup reads only rows that match a query term (through the primary key ``(term, memory_id)``), never a
-count of the whole scope. Next to meaning (``auto``), a large scope's common term is read only to HITS_PER_TERM
-matches and then weighs nothing. Within the set that matches,
-a term every match shares weighs almost nothing and a term one match holds weighs most: "order status for reference
-SW8629" is decided by SW8629. The raw sum is divided by the query's ceiling (lexical.ceiling over all its terms, a
-term nobody holds counting at df = 0), so a version that matches only a query's common words scores low.
+count of the whole scope. Within the set that matches, a term every match shares weighs almost nothing and a term
+one match holds weighs most: "order status for reference SW8629" is decided by SW8629. Next to meaning (``auto``),
+a large scope's term held by more than HITS_PER_TERM of its versions is read only that far and weighs nothing.
+The raw sum is divided by the query's ceiling (lexical.ceiling over all its terms, a term nobody holds counting at
+df = 0), so a version that matches only a query's common words scores low.
 
 Terms are hashed under a key derived from the ring's primary key; a search hashes its terms under every key id the
 index still holds, so rows written before a rotation keep matching until ``rotate_encryption_key`` re-hashes them
@@ -99,7 +99,8 @@ def _hits(
     cursor: Any, hashes: list[int], in_scope: str, params: list, exhaustive: bool
 ) -> tuple[str, list, int | None]:
     """The SQL of the scope's rows of the query terms ``q`` (memory_id, slot, tf, dl), its parameters, and the hit
-    count from which a term counts as cut short (None: every row was read)."""
+    count above which a term was cut short (None: every row was read). Each hash of a term (one per key id during a
+    rotation) reads one more than that, so a term has more in the scope exactly when more were read."""
     every_row = f"""
         SELECT t.memory_id, q.slot, t.tf, t.dl
         FROM q JOIN memory_terms t ON t.term = q.term JOIN memories m ON m.id = t.memory_id WHERE {in_scope}
@@ -127,7 +128,7 @@ def _hits(
         SELECT h.* FROM q CROSS JOIN LATERAL (
             SELECT t.memory_id, q.slot, t.tf, t.dl
             FROM memory_terms t JOIN memories m ON m.id = t.memory_id WHERE t.term = q.term AND {in_scope}
-            LIMIT {HITS_PER_TERM}
+            LIMIT {HITS_PER_TERM + 1}
         ) h
     """  # noqa: S608
     return first_hits, params, HITS_PER_TERM
@@ -135,8 +136,8 @@ def _hits(
 
 def _ranking_sql(hits: str, saturated: int | None) -> str:
     """BM25 over ``hits`` (memory_id, slot, tf, dl: the scope's rows of the query terms ``q``), best first; a term
-    with ``saturated`` hits or more (its reading was cut there) counts as held by all (df = N: no weight)."""
-    full = f"count(*) >= {int(saturated)}" if saturated else "false"
+    with more than ``saturated`` hits (its reading was cut) counts as held by all (df = N: no weight)."""
+    full = f"count(*) > {int(saturated)}" if saturated else "false"
     idf = lexical.idf_sql("CASE WHEN s.full THEN c.n ELSE coalesce(s.df, 0) END", "c.n")  # no row: held by none
     weight = lexical.term_weight_sql(
         lexical.idf_sql("CASE WHEN s.full THEN c.n ELSE s.df END", "c.n"), "h.tf", "h.dl", "c.avgdl"

@@ -75,9 +75,9 @@ def scored(client, query, **body):
 
 @pytest.mark.parametrize("search_type", ["fulltext", "auto"])
 def test_each_way_of_reading_the_terms_ranks_alike(coded_store, monkeypatch, search_type):
-    """keyword_index._hits reads the scope's rows of the query terms from those rows when they are few, from the
-    scope's versions when the scope is small (a 1% prefix of 100k memories: 60 -> 12 ms, bench/semantic_search.py),
-    and from all of a large scope's rows for fulltext: the same BM25 every way."""
+    """keyword_index._hits reads the scope's rows of the query terms from those rows when they are few, or from the
+    scope's versions when the scope is small (a 1% prefix of 100k memories: 60 -> 12 ms, bench/semantic_search.py):
+    the same BM25 either way."""
     from apps.memories import keyword_index
 
     queries = ["order status for reference SW8625", "router hallway", "parcel 7 shipped", "status of the order"]
@@ -85,9 +85,22 @@ def test_each_way_of_reading_the_terms_ranks_alike(coded_store, monkeypatch, sea
     assert all(few_rows)
     monkeypatch.setattr(keyword_index, "SHORT_POSTINGS", 0)  # every term "common": read from the scope's versions
     assert [scored(coded_store, query, search_type=search_type, limit=30) for query in queries] == few_rows
-    if search_type == "fulltext":
-        monkeypatch.setattr(keyword_index, "SMALL_SCOPE", 5)  # a "large" scope: every row of its terms
-        assert [scored(coded_store, query, search_type=search_type, limit=30) for query in queries] == few_rows
+
+
+def test_a_term_is_cut_only_when_the_scope_holds_more_of_it_than_auto_reads(coded_store, monkeypatch):
+    """20 memories hold "order": read to 20 it is whole and keeps its weight; read to 19 it was cut and weighs
+    nothing. (Before, a term with exactly HITS_PER_TERM matches counted as cut.)"""
+    from apps.memories import keyword_index
+
+    monkeypatch.setattr(keyword_index, "SHORT_POSTINGS", 0)
+    monkeypatch.setattr(keyword_index, "SMALL_SCOPE", 5)  # a "large" scope: its terms' first matches
+
+    def auto_scores(hits_per_term: int) -> list:
+        monkeypatch.setattr(keyword_index, "HITS_PER_TERM", hits_per_term)
+        return scored(coded_store, "order router", search_type="auto", limit=30)
+
+    assert auto_scores(20) == auto_scores(1000)
+    assert auto_scores(19) != auto_scores(1000)
 
 
 def test_next_to_meaning_a_common_terms_matches_are_read_only_so_far_and_a_rare_one_still_decides(
