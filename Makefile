@@ -33,8 +33,9 @@ run: $(VENV)/.installed
 
 # Three pytest-xdist workers, a test file each at a time (module fixtures stay in one process): much of the suite
 # waits on servers and workers it starts, so on two cores a third process fills the waits (2,834 tests: 305 s with two,
-# 279 s with three, same machine; with tests/file_order.py 211 s with three, 204 s with four; with BYTECODE 201 s). TEST_WORKERS=0 runs in this process alone; at most 7 (each takes a database of the
-# test Valkey: config/settings/test.py).
+# 279 s with three, same machine; with tests/file_order.py 211 s with three, 204 s with four; with BYTECODE 201 s).
+# TEST_WORKERS=0 runs in this process alone; at most 7 (each takes a database of the test Valkey:
+# config/settings/test.py).
 TEST_WORKERS ?= 3
 
 test: $(VENV)/.installed-dev
