@@ -42,7 +42,7 @@ from apps.conversations import selectors, vector_index
 from apps.conversations.responses import SearchResult, UnindexedItem
 from apps.core import errors, pagination
 from apps.retrieval import lexical, vectors
-from apps.retrieval.embeddings import EmbeddingError, get_provider
+from apps.retrieval.embeddings import EmbeddingError, get_provider, meanwhile
 from apps.sharing import access
 
 logger = logging.getLogger(__name__)
@@ -314,9 +314,12 @@ def auto_hits(
     query's weight an entry matched; below the floor (common words only) it is noise and adds nothing."""
     depth = int(settings.CONVERSATION_SEARCH_FUSION_DEPTH)
     weight = float(settings.CONVERSATION_SEARCH_SEMANTIC_WEIGHT)
+    # The words need no vector, so they are read while the encoder embeds (meanwhile: on another core).
+    provider = get_provider()
+    embedding = meanwhile.start(provider.embed_query, query)
     lexical_hits = fulltext_hits(scope, query, limit=depth, after=None, terms=terms)
     try:
-        provider, query_vector = _embed_query(query)
+        query_vector = embedding.result()
         semantic = semantic_hits(scope, query, limit=depth, after=None, query_vector=query_vector, provider=provider)
     except EmbeddingError:
         logger.warning("embedding provider unavailable; auto search answers with full-text only", exc_info=True)
@@ -328,7 +331,9 @@ def auto_hits(
         words = {hit.conversation_id: hit.score for hit in lexical_hits}
         meaning = {hit.conversation_id: hit.score for hit in semantic}
         fused = {
-            conversation_id: lexical.hybrid_score(meaning.get(conversation_id, 0.0), words.get(conversation_id, 0.0), weight)
+            conversation_id: lexical.hybrid_score(
+                meaning.get(conversation_id, 0.0), words.get(conversation_id, 0.0), weight
+            )
             for conversation_id in words.keys() | meaning.keys()
         }
     # The entry shown: the full-text hit when there is one (its highlights show the matched words).

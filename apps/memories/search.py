@@ -4,12 +4,14 @@
   versions the indexer has not embedded yet (apps.memories.fresh: read your writes). Score: cosine similarity.
 - ``fulltext``: the keyword index (apps.memories.keyword_index): BM25 over keyed term hashes, statistics from the
   caller's own scope. Score: BM25 against the query's ceiling, in [0, 1].
-- ``auto`` (default): both. Candidates are the best ``depth`` of each list (depth = offset + limit, or
-  per_query_limit); a candidate only one list found gets the other half computed (its vectors' distance, or 0 for
-  words it lacks); one without vectors yet (and not embedded by the search itself) is scored by its words alone. Score: ``w * similarity + (1 - w) * words`` above a floor (apps.retrieval.lexical.hybrid_score,
-  as conversation search's), w = MEMORY_SEARCH_SEMANTIC_WEIGHT, in [0, 1]. Why scores and not reciprocal ranks:
-  rank fusion gives a list's first place the same weight whether its words were a rare code or two common words. When the embedding provider
-  is down, ``auto`` answers by words alone (``semantic`` answers 503).
+- ``auto`` (default): both, the words read while the encoder embeds the query (apps.retrieval.embeddings.meanwhile).
+  Candidates are the best ``depth`` of each list (depth = offset + limit, or per_query_limit); a candidate only one
+  list found gets the other half computed (its vectors' distance, or 0 for words it lacks); one without vectors yet
+  (and not embedded by the search itself) is scored by its words alone. Score: ``w * similarity + (1 - w) * words``
+  above a floor (apps.retrieval.lexical.hybrid_score, as conversation search's), w = MEMORY_SEARCH_SEMANTIC_WEIGHT,
+  in [0, 1]. Why scores and not reciprocal ranks: rank fusion gives a list's first place the same weight whether its
+  words were a rare code or two common words. When the embedding provider is down, ``auto`` answers by words alone
+  (``semantic`` answers 503).
 
 ``queries`` (D11): every question's text embedded in one encoder pass (with the pending versions), each ranked as
 above to ``per_query_limit``, the lists fused by reciprocal rank (k = 60); score = the fused sum divided by the most
@@ -22,6 +24,7 @@ primary-store read below checks state and expiry once more, as it fetches and de
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +41,9 @@ from apps.memories.responses import MemorySearchItem
 from apps.memories.services import VALUE_PURPOSE
 from apps.memories.vector_index import Neighbour
 from apps.retrieval import lexical, vectors
-from apps.retrieval.embeddings import EmbeddingError, get_provider
+from apps.retrieval.embeddings import EmbeddingError, get_provider, meanwhile
+
+logger = logging.getLogger(__name__)
 
 similarity = vectors.similarity  # cosine distance -> similarity clamped to [0, 1]
 
@@ -82,40 +87,31 @@ def arguments(data: dict) -> dict[str, Any]:
 
 def _rank(scope: Any, texts: list[str], search_type: str, depth: int) -> list[Ranked]:
     """Each text's ranked list, best ``depth`` first."""
+    if search_type == "fulltext":
+        return [_best(dict(keyword_index.ranked(scope, text, depth)), depth) for text in texts]
     provider = get_provider()
-    query_vectors: list[list[float]] | None = None
-    pending: dict[Any, list[list[float]]] = {}
-    if search_type != "fulltext":
+    versions = fresh.pending_in_scope(scope)
+    if search_type == "semantic":
         try:
-            query_vectors, pending = fresh.embed_with_pending(provider, texts, fresh.pending_in_scope(scope))
+            query_vectors, pending = fresh.embed_with_pending(provider, texts, versions)
         except EmbeddingError as exc:
-            if search_type == "semantic":
-                raise errors.unavailable("The embedding provider is unavailable; try again shortly.") from exc
+            raise errors.unavailable("The embedding provider is unavailable; try again shortly.") from exc
+        return [_best(_meaning(provider, scope, vector, pending, depth), depth) for vector in query_vectors]
+    # auto: the words need no vector, so they are read while the encoder embeds (meanwhile: on another core).
+    # Next to meaning, a common term's first matches only (keyword_index.ranked).
+    embedding = meanwhile.start(fresh.embed_with_pending, provider, texts, versions)
+    words_lists = [dict(keyword_index.ranked(scope, text, depth, exhaustive=False)) for text in texts]
+    try:
+        query_vectors, pending = embedding.result()
+    except EmbeddingError:
+        logger.warning("embedding provider unavailable; auto search answers by words alone", exc_info=True)
+        # Words alone read every match, as fulltext.
+        return [_best(dict(keyword_index.ranked(scope, text, depth)), depth) for text in texts]
+    weight = float(settings.MEMORY_SEARCH_SEMANTIC_WEIGHT)
     lists = []
-    for position, text in enumerate(texts):
-        meaning: dict[Any, float] = {}
-        if query_vectors is not None:
-            neighbours = vector_index.nearest_memories(
-                provider=provider,
-                query_vector=query_vectors[position],
-                namespace_prefix=scope.namespace_prefix,
-                attribute_filter=scope.attribute_filter,
-                count=depth,
-            )
-            merged = fresh.merge(neighbours, query_vectors[position], pending, depth)
-            meaning = {n.memory_id: similarity(n.distance) for n in merged}
-        if search_type == "semantic":
-            lists.append(_best(meaning, depth))
-            continue
-        # Words alone (fulltext, or no embedder) read every match; next to meaning, a common term's first matches.
-        words = dict(keyword_index.ranked(scope, text, depth, exhaustive=query_vectors is None))
-        if query_vectors is None:  # fulltext, or auto without the embedder
-            lists.append(_best(words, depth))
-            continue
-        meaning.update(
-            _similarities(provider, query_vectors[position], pending, [m for m in words if m not in meaning])
-        )
-        weight = float(settings.MEMORY_SEARCH_SEMANTIC_WEIGHT)
+    for vector, words in zip(query_vectors, words_lists, strict=True):
+        meaning = _meaning(provider, scope, vector, pending, depth)
+        meaning.update(_similarities(provider, vector, pending, [m for m in words if m not in meaning]))
         fused = {
             # A version with no vectors yet (waiting for the indexer beyond what the search embeds) has no meaning
             # to weigh: its words alone score it, as when the embedder is down, rather than a similarity of 0.
@@ -126,6 +122,18 @@ def _rank(scope: Any, texts: list[str], search_type: str, depth: int) -> list[Ra
         }
         lists.append(_best(fused, depth))
     return lists
+
+
+def _meaning(provider: Any, scope: Any, query_vector: list[float], pending: dict, depth: int) -> dict[Any, float]:
+    """The ``depth`` nearest versions of ``scope`` by meaning, with those still waiting for the indexer."""
+    neighbours = vector_index.nearest_memories(
+        provider=provider,
+        query_vector=query_vector,
+        namespace_prefix=scope.namespace_prefix,
+        attribute_filter=scope.attribute_filter,
+        count=depth,
+    )
+    return {n.memory_id: similarity(n.distance) for n in fresh.merge(neighbours, query_vector, pending, depth)}
 
 
 def _similarities(provider: Any, query_vector: list[float], pending: dict, memory_ids: list[Any]) -> dict[Any, float]:

@@ -4,6 +4,7 @@ hashing one of the test settings except in the `real model` test."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -261,6 +262,35 @@ def test_embedding_outage_auto_falls_back_to_fulltext_and_semantic_is_503(bob, m
     response = bob.post(SEARCH, {"query": "volcano", "searchType": "semantic"}, format="json")
     assert response.status_code == 503, response.content
     assert response.json()["code"] == "unavailable"
+
+
+def test_auto_reads_the_words_while_the_query_is_embedded(bob, monkeypatch):
+    """As memory search: the words half runs while the encoder embeds the query (apps.retrieval.embeddings.meanwhile)."""
+    from apps.conversations import search as conversation_search
+    from apps.retrieval.embeddings import get_provider
+
+    cid = new_id()
+    append_ok(bob, cid, "x", indexedContent="volcano eruption report")
+    indexer.run_cycle()
+    words_started, embedding_started = threading.Event(), threading.Event()
+    fulltext_hits = conversation_search.fulltext_hits
+    provider = get_provider()
+    embed_query, met = provider.embed_query, []
+
+    def reading(*args, **kwargs):
+        words_started.set()
+        met.append(embedding_started.wait(timeout=5))  # one after the other, one of the two waits in vain
+        return fulltext_hits(*args, **kwargs)
+
+    def embedding(text):
+        embedding_started.set()
+        met.append(words_started.wait(timeout=5))
+        return embed_query(text)
+
+    monkeypatch.setattr(conversation_search, "fulltext_hits", reading)
+    monkeypatch.setattr(provider, "embed_query", embedding)
+    assert conversation_ids(search(bob, "volcano")) == [cid]
+    assert met == [True, True]
 
 
 # --- Admin ----------------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ caller's own scope."""
 from __future__ import annotations
 
 import base64
+import threading
 import uuid
 from functools import partial
 from io import StringIO
@@ -227,6 +228,35 @@ def test_auto_answers_by_words_when_the_embedder_is_down(bob, monkeypatch):
     assert keys(bob, "blue flowerpot") == ["k"]
     response = search(bob, NS, query="blue flowerpot", search_type="semantic")
     assert response.status_code == 503
+
+
+def test_auto_reads_the_words_while_the_query_is_embedded(bob, monkeypatch):
+    """The words half needs no vector, so it runs while the encoder embeds the query
+    (apps.retrieval.embeddings.meanwhile): a search alone waits for the slower half, not for both in turn."""
+    from apps.memories import keyword_index
+    from apps.retrieval.embeddings import get_provider
+
+    remember(bob, "k", "the spare key is under the blue flowerpot")
+    indexer.run_cycle()  # nothing pending: the search embeds its query alone
+    words_started, embedding_started = threading.Event(), threading.Event()
+    ranked = keyword_index.ranked
+    provider = get_provider()
+    embed_query, met = provider.embed_query, []
+
+    def reading(*args, **kwargs):
+        words_started.set()
+        met.append(embedding_started.wait(timeout=5))  # one after the other, one of the two waits in vain
+        return ranked(*args, **kwargs)
+
+    def embedding(text):
+        embedding_started.set()
+        met.append(words_started.wait(timeout=5))
+        return embed_query(text)
+
+    monkeypatch.setattr(keyword_index, "ranked", reading)
+    monkeypatch.setattr(provider, "embed_query", embedding)
+    assert keys(bob, "blue flowerpot") == ["k"]
+    assert met == [True, True]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,49 @@
+"""Embed a query while the request thread reads the database.
+
+A hybrid search needs its query's vector (the encoder's CPU time, about 10 ms for the local model) and its words'
+matches (a query PostgreSQL runs in another process, on another core). Neither needs the other, so the request
+thread starts the embedding here and reads the words meanwhile: one search alone waits for the slower half, not
+for both one after the other. The CPU spent is the same; under load the gain shrinks to nothing.
+
+What runs here must not touch the database: Django's connections are per thread, and one opened on a helper
+thread would outlive the request. Embedding providers do no database work.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["start"]
+
+T = TypeVar("T")
+
+# Each thread only waits: for the encode thread (apps.retrieval.embeddings.local) or a remote provider. One per
+# search in flight; a search beyond them waits for a free one, never for another search's database work.
+MAX_THREADS = 32
+
+_lock = threading.Lock()
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_executor_pid: int | None = None
+
+
+def start(function: Callable[..., T], *args: object) -> concurrent.futures.Future[T]:
+    """``function(*args)`` on a helper thread of this process; its result, or its exception, from the future."""
+    return _threads().submit(function, *args)
+
+
+def _threads() -> concurrent.futures.ThreadPoolExecutor:
+    # Created lazily in each process: a pool created before a fork has no threads in the child.
+    global _executor, _executor_pid
+    pid = os.getpid()
+    if _executor is None or _executor_pid != pid:
+        with _lock:
+            if _executor is None or _executor_pid != pid:
+                _executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=MAX_THREADS, thread_name_prefix="embed-meanwhile"
+                )
+                _executor_pid = pid
+    return _executor
