@@ -52,16 +52,19 @@ def _key_ids() -> list[str]:
     return [ring.primary, *sorted(kid for kid in ring.keys if kid != ring.primary)]
 
 
-def _query_hashes(text: str) -> tuple[list[int], list[int]]:
-    """(hash, slot) pairs of the query's terms under every key id of the ring; ``slot`` numbers the term."""
+def _query_hashes(text: str, common_weight: float) -> tuple[list[int], list[int], list[float]]:
+    """(hash, slot, weight) of the query's terms under every key id of the ring; ``slot`` numbers the term, and
+    ``weight`` is ``common_weight`` for a common word (keywords.common_query_terms), 1 for any other term."""
     words = keywords.query_terms(text)
-    hashes, slots = [], []
+    common = keywords.common_query_terms(text) if common_weight != 1.0 else set()
+    hashes, slots, weights = [], [], []
     for kid in _key_ids() if words else ():
         key = keywords.term_key(kid)
         for slot, word in enumerate(words):
             hashes.append(keywords.term_hash(key, word))
             slots.append(slot)
-    return hashes, slots
+            weights.append(common_weight if word in common else 1.0)
+    return hashes, slots, weights
 
 
 # How the scope's rows of the query terms are read. When no query term has more than SHORT_POSTINGS rows (of all
@@ -75,14 +78,19 @@ SMALL_SCOPE = 2000
 HITS_PER_TERM = 300
 
 
-def ranked(scope: Any, text: str, count: int, *, exhaustive: bool = True) -> list[tuple[Any, float]]:
+def ranked(
+    scope: Any, text: str, count: int, *, exhaustive: bool = True, common_weight: float = 1.0
+) -> list[tuple[Any, float]]:
     """The ``count`` best (memory id, score in [0, 1]) of ``scope`` (a selectors.Scope) for ``text`` by its words.
 
     ``exhaustive=False`` (hybrid search, whose meaning half finds what common words would) reads at most
     HITS_PER_TERM matches of each term in a large scope: a rare term's matches are all read; a term with more weighs
     nothing (its df counts as N), so its first matches add no score and a version found only through it ranks
-    last among the words."""
-    hashes, slots = _query_hashes(text)
+    last among the words.
+
+    ``common_weight`` scales what a common word adds to a version's score (not the query's ceiling): hybrid search
+    takes the words half for what the encoder cannot read (lexical.COMMON_WORD_WEIGHT)."""
+    hashes, slots, weights = _query_hashes(text, common_weight)
     if not hashes or count <= 0:
         return []
     prefix_sql, prefix_params = filters.namespace_prefix_sql(scope.namespace_prefix, "m.namespace")
@@ -91,7 +99,7 @@ def ranked(scope: Any, text: str, count: int, *, exhaustive: bool = True) -> lis
     scope_params = [timezone.now(), *prefix_params, *filter_params]
     with connection.cursor() as cursor:
         hits, hits_params, saturated = _hits(cursor, hashes, in_scope, scope_params, exhaustive)
-        cursor.execute(_ranking_sql(hits, saturated), [hashes, slots, *hits_params, count])
+        cursor.execute(_ranking_sql(hits, saturated), [hashes, slots, weights, *hits_params, count])
         return [(memory_id, float(score)) for memory_id, score in cursor.fetchall()]
 
 
@@ -143,7 +151,8 @@ def _ranking_sql(hits: str, saturated: int | None) -> str:
         lexical.idf_sql("CASE WHEN s.full THEN c.n ELSE s.df END", "c.n"), "h.tf", "h.dl", "c.avgdl"
     )
     return f"""
-        WITH q AS (SELECT * FROM unnest(%s::bigint[], %s::int[]) AS q(term, slot)),
+        WITH q AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[]) AS q(term, slot, w)),
+        slots AS (SELECT DISTINCT slot, w FROM q),
         hits AS MATERIALIZED ({hits}),
         stats AS (SELECT slot, count(*)::float8 AS df, {full} AS full FROM hits GROUP BY slot),
         corpus AS (SELECT count(DISTINCT memory_id)::float8 AS n, avg(dl)::float8 AS avgdl FROM hits),
@@ -151,8 +160,8 @@ def _ranking_sql(hits: str, saturated: int | None) -> str:
             SELECT {lexical.ceiling_sql(f"sum({idf})")} AS value
             FROM (SELECT DISTINCT slot FROM q) qs LEFT JOIN stats s USING (slot) CROSS JOIN corpus c
         )
-        SELECT h.memory_id, {lexical.normalized_sql(f"sum({weight})", "max(ceiling.value)")} AS score
-        FROM hits h JOIN stats s USING (slot) CROSS JOIN corpus c CROSS JOIN ceiling
+        SELECT h.memory_id, {lexical.normalized_sql(f"sum(sl.w * {weight})", "max(ceiling.value)")} AS score
+        FROM hits h JOIN stats s USING (slot) JOIN slots sl USING (slot) CROSS JOIN corpus c CROSS JOIN ceiling
         GROUP BY h.memory_id ORDER BY score DESC, h.memory_id LIMIT %s
     """  # noqa: S608 - fragments come from code; values are bound parameters
 

@@ -100,7 +100,10 @@ def _rank(scope: Any, texts: list[str], search_type: str, depth: int) -> list[Ra
     # auto: the words need no vector, so they are read while the encoder embeds (meanwhile: on another core).
     # Next to meaning, a common term's first matches only (keyword_index.ranked).
     embedding = meanwhile.start(fresh.embed_with_pending, provider, texts, versions)
-    words_lists = [dict(keyword_index.ranked(scope, text, depth, exhaustive=False)) for text in texts]
+    words_lists = [
+        dict(keyword_index.ranked(scope, text, depth, exhaustive=False, common_weight=lexical.COMMON_WORD_WEIGHT))
+        for text in texts
+    ]
     try:
         query_vectors, pending = embedding.result()
     except EmbeddingError:

@@ -15,6 +15,7 @@ never stemmed. Changing any of this changes the stored hashes: a migration then 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -76,6 +77,34 @@ def terms(text: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """A query's distinct terms, in order of appearance, at most MAX_QUERY_TERMS."""
     return list(dict.fromkeys(terms(text)))[:MAX_QUERY_TERMS]
+
+
+def common_query_terms(text: str) -> set[str]:
+    """Those of ``query_terms(text)`` that are common words: every token of the query that gives the term, or the
+    term itself ("closets": "closet"), is a whole word of the local model's vocabulary, letters only. Codes, ids,
+    anything holding a digit, most names and rare words are not: the encoder reads them as pieces, not as a word."""
+    vocabulary = _vocabulary()
+    normalized = unicodedata.normalize("NFKC", text).casefold()
+    common: dict[str, bool] = {}
+    for token in _TOKEN.findall(normalized):
+        if token not in STOP_WORDS:
+            term = _stem(token[:MAX_TERM_CHARS])
+            known = token.isalpha() and (token in vocabulary or term in vocabulary)  # "closets": "closet"
+            common[term] = common.get(term, True) and known
+    return {term for term, is_common in common.items() if is_common}
+
+
+@functools.cache
+def _vocabulary() -> frozenset[str]:
+    """The whole words of all-MiniLM-L6-v2's WordPiece vocabulary (about 22,500), shipped with its package; empty
+    without the package (then no term is common)."""
+    from apps.retrieval.embeddings import EmbeddingError, minilm
+
+    try:
+        lines = (minilm.model_path() / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    except (EmbeddingError, OSError):  # the package is needed by the local provider only
+        return frozenset()
+    return frozenset(line for line in lines if line.isalpha())
 
 
 def term_key(kid: str) -> bytes:

@@ -73,6 +73,13 @@ def normalized_sql(raw: str, ceiling_expr: str) -> str:
 LEXICAL_FLOOR = 0.15
 
 
+# Hybrid search: what a common word (keywords.common_query_terms: a whole word of the encoder's vocabulary) adds to
+# the words score. The words half is there for what the encoder cannot read (codes, ids, numbers, rare names); a
+# common word the encoder already weighs, and one that happens to be rare in a small scope would otherwise decide
+# between two versions close in meaning (bench/recall.py).
+COMMON_WORD_WEIGHT = 0.5
+
+
 def hybrid_score(similarity: float, words: float, semantic_weight: float) -> float:
     """``w * similarity + (1 - w) * words'`` in [0, 1], where ``words'`` is the BM25 score above LEXICAL_FLOOR
     rescaled to [0, 1]. Scores, not reciprocal ranks: rank fusion gives the top of a list of common-word matches as

@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from apps.memories import indexer
+from apps.retrieval import keywords, lexical
 from tests.concurrency import run_concurrently
 from tests.memories.conftest import SEARCH, put_ok, search
 
@@ -143,6 +144,28 @@ def test_a_words_forms_find_each_other(bob, written, asked):
     """Before: "notes" was stemmed to "not" and "note" stayed "note", so neither found the other."""
     remember(bob, "form", f"Bob kept {written} in the drawer")
     assert keys(bob, asked, search_type="fulltext") == ["form"]
+
+
+def test_common_words_are_the_encoders_whole_words_and_codes_numbers_and_rare_names_are_not():
+    text = "what presentation is he working on this autumn? closets SW8629 1952 Kilimanjaro"
+    assert keywords.common_query_terms(text) == {"presentation", "work", "autumn", "closet"}
+
+
+def test_next_to_meaning_a_common_word_adds_part_of_its_words_score_and_a_code_all_of_it(bob, settings):
+    """auto's score is ``w * similarity + (1 - w) * words'`` (lexical.hybrid_score). There, a common word's BM25
+    weight counts lexical.COMMON_WORD_WEIGHT of what it counts in fulltext: the words half is for what the encoder
+    cannot read. (A word rare in a small store, "working" in bench/recall.py's, let a look-alike pass the answer.)"""
+    remember(bob, "k", "the router is in the hallway closet; reference SW8629.")
+    indexer.run_cycle()
+    for query, share in [("hallway", lexical.COMMON_WORD_WEIGHT), ("SW8629", 1.0)]:
+        (meaning,) = find(bob, query, search_type="semantic")
+        (words,) = find(bob, query, search_type="fulltext")
+        (both,) = find(bob, query, search_type="auto")
+        expected = lexical.hybrid_score(
+            meaning["score"], share * words["score"], settings.MEMORY_SEARCH_SEMANTIC_WEIGHT
+        )
+        assert both["score"] == pytest.approx(expected, abs=1e-6), query
+    assert lexical.COMMON_WORD_WEIGHT < 1
 
 
 def test_a_rebuild_rehashes_terms_written_under_another_normalisation(bob):
