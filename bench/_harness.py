@@ -333,11 +333,18 @@ class HttpStatusError(BenchError):
 class HttpSession:
     """One persistent keep-alive connection (one per load thread, like a pooled client). Not thread-safe."""
 
+    # The server closes a keep-alive connection idle for 5 s (uvicorn's default): one idle for longer is reopened
+    # before it is used, or the request is written into a closed socket (BrokenPipeError).
+    IDLE_SECONDS = 4.0
+
     def __init__(self, host: str, port: int, headers: dict[str, str] | None = None, timeout: float = 30) -> None:
         self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
         self.headers = dict(headers or {})
+        self.last_used = time.monotonic()
 
     def request(self, method: str, path: str, body: Any = None, *, expect_2xx: bool = True) -> tuple[int, bytes]:
+        if time.monotonic() - self.last_used > self.IDLE_SECONDS:
+            self.conn.close()  # http.client reconnects on the next request
         headers = dict(self.headers)
         payload: bytes | None = None
         if body is not None:
@@ -347,6 +354,7 @@ class HttpSession:
             self.conn.request(method, path, body=payload, headers=headers)
             response = self.conn.getresponse()
             data = response.read()  # must drain the body to reuse the connection
+            self.last_used = time.monotonic()
         except (http.client.HTTPException, OSError):
             self.conn.close()  # http.client reconnects on the next request
             raise

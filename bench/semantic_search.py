@@ -637,7 +637,7 @@ def measure_ours(
     with the local model), recall against exact; and how many memories each query's words match."""
     from apps.memories import keyword_index, selectors
     from apps.memories import search as memory_search
-    from apps.retrieval import keywords
+    from apps.retrieval import keywords, lexical
 
     vectors = {f"q:{i}": data.query_vectors[i].tolist() for i in range(len(data.query_vectors))}
     # auto needs the real text (its words); the same precomputed vector answers for it.
@@ -689,7 +689,9 @@ def measure_ours(
         for mode, exhaustive in (("fulltext", True), ("auto", False)):
             samples, _ = timed(
                 q, args.max_seconds,
-                lambda i, s=scope, e=exhaustive: keyword_index.ranked(s, texts[i % len(texts)], LIMIT, exhaustive=e), 0,
+                lambda i, s=scope, e=exhaustive: keyword_index.ranked(
+                    s, texts[i % len(texts)], LIMIT, exhaustive=e, common_weight=1.0 if e else lexical.COMMON_WORD_WEIGHT
+                ), 0,
             )  # fmt: skip
             cases.append(Case(data.size, variant.name, "ours", "keyword_index.ranked (BM25 SQL)", "-", samples, mode=mode))
         # How many of the scope's memories each query's words match: BM25 scores all of them before the LIMIT.
