@@ -73,10 +73,12 @@ def normalized_sql(raw: str, ceiling_expr: str) -> str:
 LEXICAL_FLOOR = 0.15
 
 
-# Hybrid search: what a common word (keywords.common_query_terms: a whole word of the encoder's vocabulary) adds to
-# the words score. The words half is there for what the encoder cannot read (codes, ids, numbers, rare names); a
-# common word the encoder already weighs, and one that happens to be rare in a small scope would otherwise decide
-# between two versions close in meaning (bench/recall.py).
+# Hybrid memory search: what a common word (keywords.common_query_terms: a whole word of the encoder's vocabulary)
+# adds to the words score. The words half is there for what the encoder cannot read (codes, ids, numbers, rare
+# names); a common word the encoder already weighs, and one that happens to be rare in a small scope otherwise
+# decided between two versions close in meaning (bench/recall.py). Conversation search keeps every word at full
+# weight: its labelled set lost nothing to common words, and halving them let order-status look-alikes pass a
+# code's conversation (tests/conversations/test_search_ranking.py).
 COMMON_WORD_WEIGHT = 0.5
 
 
