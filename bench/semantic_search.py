@@ -377,7 +377,7 @@ def load_memories(database_url: str, data: DataSet, model: str) -> dict[str, flo
                         now - timedelta(seconds=data.size - i), "active", "indexed", 1,
                     ])
             terms_started = time.monotonic()
-            term_rows = copy_terms(cur, ((data.ids[i], data.index(i)) for i in range(data.size)))
+            term_rows = copy_terms(cur, ((data.ids[i], data.namespace(i), data.index(i)) for i in range(data.size)))
             terms_seconds = time.monotonic() - terms_started
             with cur.copy(
                 "COPY memory_vectors (memory_id, field, model, namespace, attributes, embedding) FROM STDIN (FORMAT BINARY)"
@@ -394,19 +394,27 @@ def load_memories(database_url: str, data: DataSet, model: str) -> dict[str, flo
     return {"seconds": time.monotonic() - started, "terms_seconds": terms_seconds, "term_rows": term_rows}
 
 
-def copy_terms(cur: Any, versions: Iterable[tuple[uuid.UUID, dict[str, str]]]) -> int:
-    """COPY the keyword index's rows of these (id, index text) versions, as the PUT writes them: its own parameters
-    (keyword_index.document_params: keyed term hashes, frequencies, length, key id), one row per term as PUT_SQL's
+def copy_terms(cur: Any, versions: Iterable[tuple[uuid.UUID, list[str], dict[str, str]]]) -> int:
+    """COPY the keyword index's rows of these (id, namespace, index text) versions, as the PUT writes them: its own
+    parameters (keyword_index.document_params: keyed term hashes, frequencies, length, key id) and the owner key
+    (keyword_index.owner_key_sql, computed by PostgreSQL once per owner), one row per term as PUT_SQL's
     ``terms_added`` inserts them. Returns the number of rows."""
-    from apps.memories import keyword_index
+    from apps.memories import filters, keyword_index
 
+    versions = list(versions)
+    owners = sorted({tuple(namespace[: filters.OWNER_DEPTH]) for _, namespace, _ in versions})
+    keys = {}
+    for owner in owners:
+        cur.execute(f"SELECT {keyword_index.owner_key_sql('%s::text[]')}", [list(owner)])
+        keys[owner] = cur.fetchone()[0]
     rows = 0
-    with cur.copy("COPY memory_terms (term, memory_id, tf, dl, key_id) FROM STDIN (FORMAT BINARY)") as copy:
-        copy.set_types(["int8", "uuid", "int4", "int4", "text"])
-        for memory_id, index in versions:
+    with cur.copy("COPY memory_terms (term, owner_key, memory_id, tf, dl, key_id) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(["int8", "int8", "uuid", "int4", "int4", "text"])
+        for memory_id, namespace, index in versions:
             params = keyword_index.document_params(index)
+            key = keys[tuple(namespace[: filters.OWNER_DEPTH])]
             for term, tf in zip(params["terms"], params["tfs"], strict=True):
-                copy.write_row([term, memory_id, tf, params["term_dl"], params["term_key"]])
+                copy.write_row([term, key, memory_id, tf, params["term_dl"], params["term_key"]])
             rows += len(params["terms"])
     return rows
 
@@ -1172,7 +1180,7 @@ def measure_indexer(database_url: str, count: int, sentences: list[str], local: 
                 sealed = crypto.encrypt(json.dumps(content).encode(), purpose=services.VALUE_PURPOSE, row_id=str(memory_id))
                 copy.write_row([memory_id, [*ROOT, "indexer"], f"ix{j:05d}", sealed, Jsonb({"namespace": "user", "sub": USER}),
                                 Jsonb(content), now, "active", "pending", 0])
-        copy_terms(cur, zip(memory_ids, contents, strict=True))
+        copy_terms(cur, ((memory_id, [*ROOT, "indexer"], content) for memory_id, content in zip(memory_ids, contents, strict=True)))
         conn.commit()
     texts = sum(len(content) for content in contents)
     indexed, cycles = 0, 0

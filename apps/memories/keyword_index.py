@@ -2,7 +2,9 @@
 each term's keyed hash (apps.retrieval.keywords), its frequency and the version's length in terms, never the text.
 
 Written by the PUT in its own statement (services.PUT_SQL), so a search issued after the PUT returned finds its
-words; the terms of the version a PUT or DELETE closes leave in that same statement.
+words; the terms of the version a PUT or DELETE closes leave in that same statement. Each row carries its version's
+owner key (owner_key_sql: the first two namespace segments, hashed), and the primary key is (term, owner key,
+memory id): a search inside one user's subtree reads only that user's rows of a term (migration 0013).
 
 Ranking is BM25 (apps.retrieval.lexical) with statistics taken inside the search's own scope only: ``N`` is the
 number of the scope's live versions that hold any of the query's terms and ``df`` how many of them hold each term.
@@ -45,6 +47,13 @@ def document_params(index: dict[str, str] | None) -> dict[str, Any]:
     return {"terms": hashes, "tfs": tfs, "term_dl": length, "term_key": kid}
 
 
+def owner_key_sql(namespace: str) -> str:
+    """SQL of the owner key of the namespace expression ``namespace``: its first filters.OWNER_DEPTH segments,
+    hashed to 64 bits (two owners whose keys collide would only read each other's rows, which the scope test drops).
+    A row's key is its version's, written with it (services.PUT_SQL, _reindex)."""
+    return f"hashtextextended(array_to_string(({namespace})[1:{filters.OWNER_DEPTH}], chr(31)), 0)"
+
+
 def _key_ids() -> list[str]:
     """The key ids the index may hold: the ring's, primary first (a row under a key the ring lacks cannot be matched,
     and the readiness checks already report that key missing)."""
@@ -67,8 +76,9 @@ def _query_hashes(text: str, common_weight: float) -> tuple[list[int], list[int]
     return hashes, slots, weights
 
 
-# How the scope's rows of the query terms are read. When no query term has more than SHORT_POSTINGS rows (of all
-# users: counted on the primary key alone), from those rows: the work is bounded by them. Otherwise a scope of at
+# How the scope's rows of the query terms are read; inside one owner's subtree, only that owner's rows (the primary
+# key leads with term and owner key), across owners (an admin's search) every user's. When no query term has more
+# than SHORT_POSTINGS rows (counted on the primary key alone), from those rows: the work is bounded by them. Otherwise a scope of at
 # most SMALL_SCOPE live versions from its versions (each probes the query's terms by primary key: bounded by the
 # scope, not by how many versions of all users hold a common term); a larger one from the query terms' rows, each
 # term's first HITS_PER_TERM in the scope when not exhaustive (100k memories, whole scope, the words half of auto:
@@ -97,49 +107,65 @@ def ranked(
     filter_sql, filter_params = filters.to_sql(scope.attribute_filter, "m.attributes")
     in_scope = f"m.state = 'active' AND (m.expires_at IS NULL OR m.expires_at > %s) AND {prefix_sql} AND {filter_sql}"
     scope_params = [timezone.now(), *prefix_params, *filter_params]
+    # Inside one owner's subtree (every user's own searches) the rows are read by (term, owner key): another user's
+    # rows of a common term are never read, and never count towards SHORT_POSTINGS.
+    prefix = scope.namespace_prefix
+    owner = list(prefix[: filters.OWNER_DEPTH]) if len(prefix) >= filters.OWNER_DEPTH else None
     with connection.cursor() as cursor:
-        hits, hits_params, saturated = _hits(cursor, hashes, in_scope, scope_params, exhaustive)
+        hits, hits_params, saturated = _hits(cursor, hashes, owner, in_scope, scope_params, exhaustive)
         cursor.execute(_ranking_sql(hits, saturated), [hashes, slots, weights, *hits_params, count])
         return [(memory_id, float(score)) for memory_id, score in cursor.fetchall()]
 
 
 def _hits(
-    cursor: Any, hashes: list[int], in_scope: str, params: list, exhaustive: bool
+    cursor: Any, hashes: list[int], owner: list[str] | None, in_scope: str, params: list, exhaustive: bool
 ) -> tuple[str, list, int | None]:
     """The SQL of the scope's rows of the query terms ``q`` (memory_id, slot, tf, dl), its parameters, and the hit
     count above which a term was cut short (None: every row was read). Each hash of a term (one per key id during a
-    rotation) reads one more than that, so a term has more in the scope exactly when more were read."""
+    rotation) reads one more than that, so a term has more in the scope exactly when more were read. With ``owner``
+    (the scope lies in that owner's subtree) only the owner's rows are read."""
+    key_sql, key_params = (owner_key_sql("%s::text[]"), [owner]) if owner else ("NULL::bigint", [])
+    cursor.execute(
+        f"WITH o AS MATERIALIZED (SELECT {key_sql} AS key) "  # noqa: S608 - fragments from code
+        "SELECT (SELECT max(n) FROM unnest(%s::bigint[]) AS q(term) CROSS JOIN LATERAL (SELECT count(*) AS n FROM "
+        f"(SELECT FROM memory_terms t WHERE t.term = q.term {'AND t.owner_key = (SELECT key FROM o)' if owner else ''} "
+        "LIMIT %s) r) c), (SELECT key FROM o)",
+        [*key_params, hashes, SHORT_POSTINGS + 1],
+    )
+    most, key = cursor.fetchone()
+    owned, owned_params = ("AND t.owner_key = %s", [key]) if owner else ("", [])
     every_row = f"""
         SELECT t.memory_id, q.slot, t.tf, t.dl
-        FROM q JOIN memory_terms t ON t.term = q.term JOIN memories m ON m.id = t.memory_id WHERE {in_scope}
+        FROM q JOIN memory_terms t ON t.term = q.term {owned} JOIN memories m ON m.id = t.memory_id WHERE {in_scope}
     """  # noqa: S608
+    if most <= SHORT_POSTINGS:
+        return every_row, [*owned_params, *params], None
+    # Each version with its owner key, for the probes below (the scope's own, or each version's across owners).
+    version_key = "%s::bigint" if owner else owner_key_sql("m.namespace")
     cursor.execute(
-        "SELECT max(n) FROM unnest(%s::bigint[]) AS q(term) CROSS JOIN LATERAL "
-        "(SELECT count(*) AS n FROM (SELECT FROM memory_terms t WHERE t.term = q.term LIMIT %s) r) c",
-        [hashes, SHORT_POSTINGS + 1],
+        f"SELECT m.id, {version_key} FROM memories m WHERE {in_scope} LIMIT %s",  # noqa: S608
+        [*owned_params, *params, SMALL_SCOPE + 1],
     )
-    if cursor.fetchone()[0] <= SHORT_POSTINGS:
-        return every_row, params, None
-    cursor.execute(f"SELECT m.id FROM memories m WHERE {in_scope} LIMIT %s", [*params, SMALL_SCOPE + 1])  # noqa: S608
-    ids = [row[0] for row in cursor.fetchall()]
-    if len(ids) <= SMALL_SCOPE:  # the scope's versions, each probing the query's terms
+    rows = cursor.fetchall()
+    if len(rows) <= SMALL_SCOPE:  # the scope's versions, each probing the query's terms
         probes = """
             SELECT m.id AS memory_id, q.slot, t.tf, t.dl
-            FROM unnest(%s::uuid[]) AS m(id) CROSS JOIN q CROSS JOIN LATERAL (
-                SELECT t.tf, t.dl FROM memory_terms t WHERE t.term = q.term AND t.memory_id = m.id OFFSET 0
+            FROM unnest(%s::uuid[], %s::bigint[]) AS m(id, owner_key) CROSS JOIN q CROSS JOIN LATERAL (
+                SELECT t.tf, t.dl FROM memory_terms t
+                WHERE t.term = q.term AND t.owner_key = m.owner_key AND t.memory_id = m.id OFFSET 0
             ) t
         """
-        return probes, [ids], None
+        return probes, [[row[0] for row in rows], [row[1] for row in rows]], None
     if exhaustive:
-        return every_row, params, None
+        return every_row, [*owned_params, *params], None
     first_hits = f"""
         SELECT h.* FROM q CROSS JOIN LATERAL (
             SELECT t.memory_id, q.slot, t.tf, t.dl
-            FROM memory_terms t JOIN memories m ON m.id = t.memory_id WHERE t.term = q.term AND {in_scope}
+            FROM memory_terms t JOIN memories m ON m.id = t.memory_id WHERE t.term = q.term {owned} AND {in_scope}
             LIMIT {HITS_PER_TERM + 1}
         ) h
     """  # noqa: S608
-    return first_hits, params, HITS_PER_TERM
+    return first_hits, [*owned_params, *params], HITS_PER_TERM
 
 
 def _ranking_sql(hits: str, saturated: int | None) -> str:
@@ -182,9 +208,10 @@ def _reindex(cursor: Any, rows: list[tuple[Any, Any]], kid: str) -> None:
         dls.extend([length] * len(hashes))
     cursor.execute("DELETE FROM memory_terms WHERE memory_id = ANY(%s)", [[memory_id for memory_id, _ in rows]])
     cursor.execute(
-        "INSERT INTO memory_terms (memory_id, term, tf, dl, key_id) "
-        "SELECT u.memory_id, u.term, u.tf, u.dl, %s FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::int[]) "
-        "AS u(memory_id, term, tf, dl) ON CONFLICT DO NOTHING",
+        f"INSERT INTO memory_terms (memory_id, owner_key, term, tf, dl, key_id) "  # noqa: S608 - from code
+        f"SELECT u.memory_id, {owner_key_sql('m.namespace')}, u.term, u.tf, u.dl, %s "
+        "FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::int[]) AS u(memory_id, term, tf, dl) "
+        "JOIN memories m ON m.id = u.memory_id ON CONFLICT DO NOTHING",
         [kid, ids, terms, tfs, dls],
     )
 

@@ -158,8 +158,9 @@ PUT_SQL = (
     f"charged AS MATERIALIZED (SELECT limits_charge(%(quota_user)s, {_QUOTAS}, ARRAY[1 - {_CLOSED_COUNT}, "
     f"(SELECT stored_bytes FROM version) - {_CLOSED_BYTES}], %(quota_limits)s::bigint[])), "
     f"{_TERMS_CLOSED}, "
-    "terms_added AS (INSERT INTO memory_terms (term, memory_id, tf, dl, key_id) "
-    "SELECT u.term, version.id, u.tf, %(term_dl)s, %(term_key)s FROM version, "
+    "terms_added AS (INSERT INTO memory_terms (term, owner_key, memory_id, tf, dl, key_id) "
+    f"SELECT u.term, {keyword_index.owner_key_sql('version.namespace')}, version.id, u.tf, %(term_dl)s, "
+    "%(term_key)s FROM version, "
     "unnest(%(terms)s::bigint[], %(tfs)s::int[]) AS u(term, tf)), "
     "appended AS ("
     + _append_events_sql(

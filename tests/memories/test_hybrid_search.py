@@ -6,6 +6,7 @@ caller's own scope."""
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import uuid
 from functools import partial
@@ -181,8 +182,9 @@ def test_a_rebuild_rehashes_terms_written_under_another_normalisation(bob):
     with connection.cursor() as cursor:  # the rows as the old stemmer wrote them
         cursor.execute("DELETE FROM memory_terms")
         cursor.execute(
-            "INSERT INTO memory_terms (memory_id, term, tf, dl, key_id) "
-            "SELECT id, unnest(%s::bigint[]), 1, 3, %s FROM memories WHERE state = 'active'", [old_terms, kid],
+            f"INSERT INTO memory_terms (memory_id, owner_key, term, tf, dl, key_id) SELECT id, "
+            f"{keyword_index.owner_key_sql('namespace')}, unnest(%s::bigint[]), 1, 3, %s FROM memories "
+            "WHERE state = 'active'", [old_terms, kid],
         )  # fmt: skip
     assert keys(bob, "notes", search_type="fulltext") == []
     assert keyword_index.rebuild(connection) == 1
@@ -222,6 +224,62 @@ def test_another_users_words_never_move_my_scores(bob, alice):
     after = [(item["key"], item["score"]) for item in find(bob, "revenue forecast", search_type="fulltext")]
     assert after == before
     assert keys(bob, "revenue forecast", search_type="fulltext", limit=50) == ["a", "b"]  # never alice's
+
+
+def _term_rows_read(run) -> int:
+    """Rows of memory_terms that the statements ``run`` executes read (EXPLAIN ANALYZE of each, run again)."""
+    statements = []
+
+    def record(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        run()
+
+    def rows(node: dict) -> int:
+        own = 0
+        if node.get("Relation Name") == "memory_terms":
+            own = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
+        return own + sum(rows(child) for child in node.get("Plans", []))
+
+    total = 0
+    with connection.cursor() as cursor:
+        for sql, params in statements:
+            if "memory_terms" not in sql:  # the request's other statements (a write would run again)
+                continue
+            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+            plan = cursor.fetchone()[0]
+            total += rows((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
+    return total
+
+
+@pytest.mark.parametrize(
+    "reading",
+    [
+        {},  # few rows of each term: read from the term's rows
+        {"SHORT_POSTINGS": 0},  # a small scope: each version probes the terms
+        {"SHORT_POSTINGS": 0, "SMALL_SCOPE": 1},  # a large scope: each term's first matches (auto), or all
+    ],
+    ids=["term rows", "scope probes", "first matches"],
+)
+@pytest.mark.parametrize("search_type", ["fulltext", "auto"])
+def test_another_users_rows_of_a_word_are_never_read(bob, alice, monkeypatch, reading, search_type):
+    """Inside a user's own subtree the words half reads the index by (term, owner key): alice's rows of "order"
+    cost bob's search nothing, however many she has (before: every user's rows of the term, or up to 1,001 of them
+    to count)."""
+    from apps.memories import keyword_index
+
+    for n in range(3):
+        remember(bob, f"b{n}", f"order {n} shipped")
+    for n in range(40):
+        remember(alice, f"a{n}", f"order {n} for alice", prefix=["user", "alice", "notes"])
+    for name, value in reading.items():
+        monkeypatch.setattr(keyword_index, name, value)
+    found = []
+    read = _term_rows_read(lambda: found.extend(keys(bob, "order", prefix=["user", "bob"], search_type=search_type)))
+    assert sorted(found) == ["b0", "b1", "b2"]
+    assert 0 < read <= 2 * 3, read  # bob's 3 rows, counted and read (alice's 40 before)
 
 
 def test_filters_prefixes_and_expiry_apply_to_words(bob):

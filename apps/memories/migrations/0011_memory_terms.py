@@ -1,6 +1,8 @@
 """The keyword index of memory search (D11 "words and meaning"; apps.memories.keyword_index): per active version,
 each term's keyed hash, its frequency and the version's length in terms, written in the PUT's own transaction.
-Existing active versions with index text are indexed here."""
+
+Existing active versions with index text are indexed by 0013, which adds the owner key the index code now writes
+(their backfill ran here before)."""
 
 from django.db import migrations
 
@@ -18,12 +20,6 @@ CREATE INDEX memory_terms_key ON memory_terms (key_id);
 """
 
 
-def backfill(apps, schema_editor):
-    from apps.memories import keyword_index
-
-    keyword_index.rebuild(schema_editor.connection, missing_only=True)
-
-
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -32,5 +28,5 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunSQL(CREATE, "DROP TABLE memory_terms"),
-        migrations.RunPython(backfill, migrations.RunPython.noop),
+        migrations.RunPython(migrations.RunPython.noop, migrations.RunPython.noop),
     ]
