@@ -333,9 +333,10 @@ class HttpStatusError(BenchError):
 class HttpSession:
     """One persistent keep-alive connection (one per load thread, like a pooled client). Not thread-safe."""
 
-    # The server closes a keep-alive connection idle for 5 s (uvicorn's default): one idle for longer is reopened
-    # before it is used, or the request is written into a closed socket (BrokenPipeError).
-    IDLE_SECONDS = 4.0
+    # The server closes a keep-alive connection idle for 2 s (gunicorn's ``keepalive``, which uvicorn_worker hands to
+    # uvicorn): one idle for longer than this is reopened before it is used, or the request is written into a closed
+    # socket (BrokenPipeError).
+    IDLE_SECONDS = 1.0
 
     def __init__(self, host: str, port: int, headers: dict[str, str] | None = None, timeout: float = 30) -> None:
         self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
