@@ -37,3 +37,24 @@ def run_concurrently(calls: Sequence[Callable[[], T]], *, timeout: float = 120) 
         futures = [pool.submit(run, one) for one in calls]
         return [future.result(timeout=timeout) for future in futures]
 
+
+def meet(monkeypatch, first: tuple[object, str], second: tuple[object, str], *, timeout: float = 5) -> list[bool]:
+    """Patch ``getattr(*first)`` and ``getattr(*second)`` so each, when called, waits up to ``timeout`` seconds for
+    the other to start: the list returned fills with one True per call that met the other, False when one ran after
+    the other (the second waits in vain, or the first does)."""
+    started = {id(first): threading.Event(), id(second): threading.Event()}
+    met: list[bool] = []
+
+    def wrap(this: tuple[object, str], other: tuple[object, str]) -> None:
+        original = getattr(*this)
+
+        def waiting(*args, **kwargs):
+            started[id(this)].set()
+            met.append(started[id(other)].wait(timeout))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(*this, waiting)
+
+    wrap(first, second)
+    wrap(second, first)
+    return met

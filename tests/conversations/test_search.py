@@ -4,12 +4,12 @@ hashing one of the test settings except in the `real model` test."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
 
 from apps.conversations import indexer
+from tests.concurrency import meet
 from tests.conversations.support import (
     ADMIN,
     CONVERSATIONS,
@@ -272,23 +272,7 @@ def test_auto_reads_the_words_while_the_query_is_embedded(bob, monkeypatch):
     cid = new_id()
     append_ok(bob, cid, "x", indexedContent="volcano eruption report")
     indexer.run_cycle()
-    words_started, embedding_started = threading.Event(), threading.Event()
-    fulltext_hits = conversation_search.fulltext_hits
-    provider = get_provider()
-    embed_query, met = provider.embed_query, []
-
-    def reading(*args, **kwargs):
-        words_started.set()
-        met.append(embedding_started.wait(timeout=5))  # one after the other, one of the two waits in vain
-        return fulltext_hits(*args, **kwargs)
-
-    def embedding(text):
-        embedding_started.set()
-        met.append(words_started.wait(timeout=5))
-        return embed_query(text)
-
-    monkeypatch.setattr(conversation_search, "fulltext_hits", reading)
-    monkeypatch.setattr(provider, "embed_query", embedding)
+    met = meet(monkeypatch, (conversation_search, "fulltext_hits"), (get_provider(), "embed_query"))
     assert conversation_ids(search(bob, "volcano")) == [cid]
     assert met == [True, True]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import uuid
 from functools import partial
 from io import StringIO
@@ -19,7 +18,7 @@ from django.db import connection
 
 from apps.memories import indexer
 from apps.retrieval import keywords, lexical
-from tests.concurrency import run_concurrently
+from tests.concurrency import meet, run_concurrently
 from tests.memories.conftest import SEARCH, put_ok, search
 
 pytestmark = pytest.mark.django_db
@@ -319,23 +318,7 @@ def test_auto_reads_the_words_while_the_query_is_embedded(bob, monkeypatch):
 
     remember(bob, "k", "the spare key is under the blue flowerpot")
     indexer.run_cycle()  # nothing pending: the search embeds its query alone
-    words_started, embedding_started = threading.Event(), threading.Event()
-    ranked = keyword_index.ranked
-    provider = get_provider()
-    embed_query, met = provider.embed_query, []
-
-    def reading(*args, **kwargs):
-        words_started.set()
-        met.append(embedding_started.wait(timeout=5))  # one after the other, one of the two waits in vain
-        return ranked(*args, **kwargs)
-
-    def embedding(text):
-        embedding_started.set()
-        met.append(words_started.wait(timeout=5))
-        return embed_query(text)
-
-    monkeypatch.setattr(keyword_index, "ranked", reading)
-    monkeypatch.setattr(provider, "embed_query", embedding)
+    met = meet(monkeypatch, (keyword_index, "ranked"), (get_provider(), "embed_query"))
     assert keys(bob, "blue flowerpot") == ["k"]
     assert met == [True, True]
 

@@ -25,6 +25,7 @@ from typing import Any
 from . import minilm, onnx_export
 from .base import EmbeddingError, EmbeddingProvider, split_by_counts
 from .minilm import DIMENSION, MODEL_NAME, DeviceUnavailable, Encoder, ModelFiles
+from .threads import ProcessPool
 
 logger = logging.getLogger(__name__)
 
@@ -62,19 +63,11 @@ _load_lock = threading.Lock()
 # allocator state: a web worker whose 16 request threads took turns encoding grew by ~65 MB over a few hundred
 # concurrent semantic searches (issue 12). One consumer is also what lets concurrent queries share a batch. One
 # thread, created lazily in each process (never before a fork).
-_encode_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_encode_executor_pid: int | None = None
+_encode_pool = ProcessPool(1, "embed")
 
 
 def _encode_thread() -> concurrent.futures.ThreadPoolExecutor:
-    global _encode_executor, _encode_executor_pid
-    pid = os.getpid()
-    if _encode_executor is None or _encode_executor_pid != pid:
-        with _load_lock:
-            if _encode_executor is None or _encode_executor_pid != pid:
-                _encode_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
-                _encode_executor_pid = pid
-    return _encode_executor
+    return _encode_pool.executor()
 
 
 class _QueryBatcher:

@@ -12,10 +12,10 @@ thread would outlive the request. Embedding providers do no database work.
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import threading
 from collections.abc import Callable
 from typing import TypeVar
+
+from .threads import ProcessPool
 
 __all__ = ["start"]
 
@@ -25,25 +25,9 @@ T = TypeVar("T")
 # search in flight; a search beyond them waits for a free one, never for another search's database work.
 MAX_THREADS = 32
 
-_lock = threading.Lock()
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_executor_pid: int | None = None
+_pool = ProcessPool(MAX_THREADS, "embed-meanwhile")
 
 
 def start(function: Callable[..., T], *args: object) -> concurrent.futures.Future[T]:
     """``function(*args)`` on a helper thread of this process; its result, or its exception, from the future."""
-    return _threads().submit(function, *args)
-
-
-def _threads() -> concurrent.futures.ThreadPoolExecutor:
-    # Created lazily in each process: a pool created before a fork has no threads in the child.
-    global _executor, _executor_pid
-    pid = os.getpid()
-    if _executor is None or _executor_pid != pid:
-        with _lock:
-            if _executor is None or _executor_pid != pid:
-                _executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=MAX_THREADS, thread_name_prefix="embed-meanwhile"
-                )
-                _executor_pid = pid
-    return _executor
+    return _pool.submit(function, *args)
