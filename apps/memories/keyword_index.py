@@ -124,15 +124,19 @@ def _hits(
     count above which a term was cut short (None: every row was read). Each hash of a term (one per key id during a
     rotation) reads one more than that, so a term has more in the scope exactly when more were read. With ``owner``
     (the scope lies in that owner's subtree) only the owner's rows are read."""
+    # One round trip: the owner's key, the most rows any query term has, and, only when that is above SHORT_POSTINGS
+    # (the scalar subquery under CASE runs only then), how many versions the scope holds up to SMALL_SCOPE + 1.
     key_sql, key_params = (owner_key_sql("%s::text[]"), [owner]) if owner else ("NULL::bigint", [])
     cursor.execute(
-        f"WITH o AS MATERIALIZED (SELECT {key_sql} AS key) "  # noqa: S608 - fragments from code
-        "SELECT (SELECT max(n) FROM unnest(%s::bigint[]) AS q(term) CROSS JOIN LATERAL (SELECT count(*) AS n FROM "
+        f"WITH o AS MATERIALIZED (SELECT {key_sql} AS key), p AS MATERIALIZED ("  # noqa: S608 - fragments from code
+        "SELECT max(n) AS most FROM unnest(%s::bigint[]) AS q(term) CROSS JOIN LATERAL (SELECT count(*) AS n FROM "
         f"(SELECT FROM memory_terms t WHERE t.term = q.term {'AND t.owner_key = (SELECT key FROM o)' if owner else ''} "
-        "LIMIT %s) r) c), (SELECT key FROM o)",
-        [*key_params, hashes, SHORT_POSTINGS + 1],
+        "LIMIT %s) r) c) "
+        "SELECT p.most, o.key, CASE WHEN p.most > %s THEN "
+        f"(SELECT count(*) FROM (SELECT FROM memories m WHERE {in_scope} LIMIT %s) s) END FROM o, p",
+        [*key_params, hashes, SHORT_POSTINGS + 1, SHORT_POSTINGS, *params, SMALL_SCOPE + 1],
     )
-    most, key = cursor.fetchone()
+    most, key, scope_size = cursor.fetchone()
     owned, owned_params = ("AND t.owner_key = %s", [key]) if owner else ("", [])
     every_row = f"""
         SELECT t.memory_id, q.slot, t.tf, t.dl
@@ -140,22 +144,17 @@ def _hits(
     """  # noqa: S608
     if most <= SHORT_POSTINGS:
         return every_row, [*owned_params, *params], None
-    # Each version with its owner key, for the probes below (the scope's own, or each version's across owners).
-    version_key = "%s::bigint" if owner else owner_key_sql("m.namespace")
-    cursor.execute(
-        f"SELECT m.id, {version_key} FROM memories m WHERE {in_scope} LIMIT %s",  # noqa: S608
-        [*owned_params, *params, SMALL_SCOPE + 1],
-    )
-    rows = cursor.fetchall()
-    if len(rows) <= SMALL_SCOPE:  # the scope's versions, each probing the query's terms
-        probes = """
+    if scope_size <= SMALL_SCOPE:  # the scope's versions, each probing the query's terms by primary key
+        version_key = "%s::bigint" if owner else owner_key_sql("m.namespace")  # the owner's, or each version's
+        probes = f"""
             SELECT m.id AS memory_id, q.slot, t.tf, t.dl
-            FROM unnest(%s::uuid[], %s::bigint[]) AS m(id, owner_key) CROSS JOIN q CROSS JOIN LATERAL (
+            FROM (SELECT m.id, {version_key} AS owner_key FROM memories m WHERE {in_scope} LIMIT {SMALL_SCOPE + 1}) m
+            CROSS JOIN q CROSS JOIN LATERAL (
                 SELECT t.tf, t.dl FROM memory_terms t
                 WHERE t.term = q.term AND t.owner_key = m.owner_key AND t.memory_id = m.id OFFSET 0
             ) t
-        """
-        return probes, [[row[0] for row in rows], [row[1] for row in rows]], None
+        """  # noqa: S608
+        return probes, [*owned_params, *params], None
     if exhaustive:
         return every_row, [*owned_params, *params], None
     first_hits = f"""
