@@ -76,13 +76,12 @@ def _query_hashes(text: str, common_weight: float) -> tuple[list[int], list[int]
     return hashes, slots, weights
 
 
-# How the scope's rows of the query terms are read; inside one owner's subtree, only that owner's rows (the primary
+# How the scope's rows of the query terms are read; inside one owner's subtree only that owner's rows (the primary
 # key leads with term and owner key), across owners (an admin's search) every user's. When no query term has more
-# than SHORT_POSTINGS rows (counted on the primary key alone), from those rows: the work is bounded by them. Otherwise a scope of at
-# most SMALL_SCOPE live versions from its versions (each probes the query's terms by primary key: bounded by the
-# scope, not by how many versions of all users hold a common term); a larger one from the query terms' rows, each
-# term's first HITS_PER_TERM in the scope when not exhaustive (100k memories, whole scope, the words half of auto:
-# 115 -> 11.5 ms p50; bench/semantic_search.py).
+# than SHORT_POSTINGS rows (counted on the primary key alone), from those rows: the work is bounded by them.
+# Otherwise a scope of at most SMALL_SCOPE live versions from its versions (each probes the query's terms by primary
+# key: bounded by the scope); a larger one from the query terms' rows, each term's first HITS_PER_TERM in the scope
+# when not exhaustive (100k memories, whole scope, the words half of auto: 115 -> 7 ms p50; bench/semantic_search.py).
 SHORT_POSTINGS = 1000
 SMALL_SCOPE = 2000
 HITS_PER_TERM = 300
