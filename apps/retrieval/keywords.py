@@ -21,7 +21,7 @@ import hmac
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from apps.encryption import crypto
 
@@ -68,10 +68,15 @@ def _stem(term: str) -> str:
 
 def terms(text: str) -> list[str]:
     """The terms of ``text`` in order, repeats kept (their count is the term frequency)."""
+    return [term for _token, term in _tokens(text)]
+
+
+def _tokens(text: str) -> Iterator[tuple[str, str]]:
+    """Each (token, term) of ``text`` in order: the normalised word as written, and the term it gives."""
     normalized = unicodedata.normalize("NFKC", text).casefold()
-    return [
-        _stem(token[:MAX_TERM_CHARS]) for token in _TOKEN.findall(normalized) if token not in STOP_WORDS
-    ]
+    for token in _TOKEN.findall(normalized):
+        if token not in STOP_WORDS:
+            yield token, _stem(token[:MAX_TERM_CHARS])
 
 
 def query_terms(text: str) -> list[str]:
@@ -84,13 +89,10 @@ def common_query_terms(text: str) -> set[str]:
     term itself ("closets": "closet"), is a whole word of the local model's vocabulary, letters only. Codes, ids,
     anything holding a digit, most names and rare words are not: the encoder reads them as pieces, not as a word."""
     vocabulary = _vocabulary()
-    normalized = unicodedata.normalize("NFKC", text).casefold()
     common: dict[str, bool] = {}
-    for token in _TOKEN.findall(normalized):
-        if token not in STOP_WORDS:
-            term = _stem(token[:MAX_TERM_CHARS])
-            known = token.isalpha() and (token in vocabulary or term in vocabulary)  # "closets": "closet"
-            common[term] = common.get(term, True) and known
+    for token, term in _tokens(text):
+        known = token.isalpha() and (token in vocabulary or term in vocabulary)  # "closets": "closet"
+        common[term] = common.get(term, True) and known
     return {term for term, is_common in common.items() if is_common}
 
 
