@@ -781,6 +781,25 @@ def execute_bound(conn: Any, sql: str, params: Sequence[Any], *, prepare: bool =
     return psycopg.Cursor(conn).execute(sql, params, prepare=prepare)
 
 
+class BoundCursor:
+    """For a service function that takes a cursor (selectors.read_horizon): each statement through execute_bound,
+    so it is bound as the service binds it and traced for the SQL parity check."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.cursor: Any = None
+
+    def execute(self, sql: str, params: Sequence[Any]) -> Any:
+        self.cursor = execute_bound(self.conn, sql, params)
+        return self.cursor
+
+    def fetchone(self) -> Any:
+        return self.cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self.cursor.fetchall()
+
+
 def execute_pipelined(conn: Any, statements: Sequence[str], params: Any) -> list[tuple]:
     """Statements the service runs through apps.core.db.prepared.run_pipelined: one round trip, one implicit
     transaction, prepared; the rows of the last."""

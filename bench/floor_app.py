@@ -29,6 +29,8 @@ settings.configure(
     # Read by the service's HTTP protocol (apps/runtime/http_server.py, set in config/gunicorn.conf.py): the same values.
     REQUEST_HEADER_TIMEOUT_SECONDS=float(os.environ.get("REQUEST_HEADER_TIMEOUT_SECONDS", "10")),
     REQUEST_BODY_TIMEOUT_SECONDS=float(os.environ.get("REQUEST_BODY_TIMEOUT_SECONDS", "60")),
+    REQUEST_BODY_MIN_BYTES_PER_SECOND=int(os.environ.get("REQUEST_BODY_MIN_BYTES_PER_SECOND", "8192")),
+    REQUEST_BODY_MAX_SECONDS=float(os.environ.get("REQUEST_BODY_MAX_SECONDS", "1800")),
     REQUEST_MAX_HEADER_BYTES=int(os.environ.get("REQUEST_MAX_HEADER_BYTES", str(64 * 1024))),
     REQUEST_MAX_BODY_BYTES=int(os.environ.get("REQUEST_MAX_BODY_BYTES", str(2 * 1024 * 1024))),
     REST_FRAMEWORK={

@@ -229,13 +229,11 @@ class Floor:
     def events(
         self, conn: Any, scope: Any, after: tuple[int, int] | None, limit: int = 50, kinds: list[str] | None = None
     ) -> list[Any]:
-        import psycopg
-
         from apps.memories import selectors
 
         # The service's own statements (the horizon, then the page), run through psycopg alone, bound as the
         # service binds them.
-        horizon = selectors.read_horizon(psycopg.Cursor(conn))
+        horizon = selectors.read_horizon(h.BoundCursor(conn))
         sql, params = selectors.events_query(scope, horizon=horizon, kinds=kinds, after_position=after, limit=limit)
         return h.execute_bound(conn, sql, params).fetchall()
 
@@ -583,12 +581,10 @@ def measure_events(bench: Bench, scope: Any, label: str, kinds: list[str] | None
 
 def events_plan(database_url: str, scope: Any, position: tuple[int, int] | None, kinds: list[str] | None) -> str:
     """The events statement's plan as a chain of nodes, with the rows each scan read (EXPLAIN ANALYZE)."""
-    import psycopg
-
     from apps.memories import selectors
 
     with h.floor_connection(database_url) as conn:
-        horizon = selectors.read_horizon(psycopg.Cursor(conn))
+        horizon = selectors.read_horizon(h.BoundCursor(conn))
         sql, params = selectors.events_query(scope, horizon=horizon, kinds=kinds, after_position=position, limit=50)
         plan = h.execute_bound(conn, f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()[0][0]
 
