@@ -216,26 +216,13 @@ def decode_event_cursor(cursor: str) -> Position:
 # database of a shared server (another application's batch job, a stuck session) hold every event back for as long
 # as it stays open. It cannot write this database's events, so it is left out: a transaction whose id is held by a
 # backend connected elsewhere (pg_locks and pg_stat_activity's pid and datname, which every role may read) does
-# not count. Who runs where is read first (ELSEWHERE_SQL), the snapshot after (HORIZON_SQL, its own statement):
-# read in the other order, as one statement did, a transaction of another database that began before an event and
-# ended between the snapshot and the look at pg_locks counted as one of ours, and the page hid that event until the
-# next poll (a test reading the timeline right after writing it failed about once in a few suite runs; one read in
-# 60 overlapping such a commit). In this order one that ended before the snapshot is not in it, and one that began
-# after the look is newer than every event already written, so it holds back none of them.
-ELSEWHERE_SQL = """
-    SELECT coalesce(array_agg(l.transactionid::text::bigint), '{}')
-    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-    WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
-      AND a.datname IS DISTINCT FROM current_database()
-"""
-HORIZON_SQL = """
-    WITH snapshot AS MATERIALIZED (SELECT pg_current_snapshot() AS s)
-    SELECT coalesce(
-        (SELECT min(x::text::bigint) FROM snapshot, pg_snapshot_xip(snapshot.s) AS x
-         WHERE x::text::bigint %% 4294967296 <> ALL(%s::bigint[])),
-        (SELECT pg_snapshot_xmax(s)::text::bigint FROM snapshot)
-    ), pg_current_xact_id_if_assigned()::text::bigint
-"""
+# not count. The function memory_events_horizon (migration 0014) looks at who runs where first and takes its
+# snapshot after: read in the other order, a transaction of another database that began before an event and ended
+# between the two counted as one of ours, and the page hid that event until the next poll (a test reading the
+# timeline right after writing it failed about once in a few suite runs; one read in 60 overlapping such a commit).
+# In this order one that ended before the snapshot is not in it, and one that began after the look is newer than
+# every event already written, so it holds back none of them.
+HORIZON_SQL = "SELECT oldest_running, own FROM memory_events_horizon()"
 
 
 @dataclass(frozen=True)
@@ -248,10 +235,7 @@ class Horizon:
 
 
 def read_horizon(cursor: Any) -> Horizon:
-    """The horizon, read in two statements: who runs in another database, then the snapshot (HORIZON_SQL)."""
-    cursor.execute(ELSEWHERE_SQL, [])
-    (elsewhere,) = cursor.fetchone()
-    cursor.execute(HORIZON_SQL, [list(elsewhere)])
+    cursor.execute(HORIZON_SQL, [])
     oldest_running, own = cursor.fetchone()
     return Horizon(int(oldest_running), None if own is None else int(own))
 
