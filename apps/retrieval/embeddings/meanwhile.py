@@ -21,8 +21,9 @@ __all__ = ["start"]
 
 T = TypeVar("T")
 
-# Each thread only waits: for the encode thread (apps.retrieval.embeddings.local) or a remote provider. One per
-# search in flight; a search beyond them waits for a free one, never for another search's database work.
+# Each thread only waits: for the encode thread (apps.retrieval.embeddings.local) or a remote provider. Twice a web
+# worker's request threads (WSGI_THREADS, 16 by default), so a search finds one free; one beyond them would wait for
+# a free thread (never for another search's database work, which stays on the request threads).
 MAX_THREADS = 32
 
 _pool = ProcessPool(MAX_THREADS, "embed-meanwhile")
