@@ -214,13 +214,12 @@ def _reindex(cursor: Any, rows: list[tuple[Any, Any]], kid: str) -> None:
     )
 
 
-def rebuild(db: Any = connection, *, missing_only: bool = False) -> int:
-    """(Re-)index the active versions with index text: all of them (the normalisation of apps.retrieval.keywords
-    changed), or those without terms (written before the index existed). In batches, each its own statement pair."""
+def rebuild(db: Any = connection) -> int:
+    """Re-index every active version with index text (a migration: the normalisation of apps.retrieval.keywords or
+    the table's columns changed). In batches, each its own statement pair."""
     kid, done, after = crypto.primary_key_id(), 0, None
-    missing = "AND NOT EXISTS (SELECT FROM memory_terms t WHERE t.memory_id = m.id)" if missing_only else ""
     sql = (
-        f"SELECT m.id, m.indexed_content FROM memories m WHERE m.state = 'active' {missing} "  # noqa: S608 - fixed
+        "SELECT m.id, m.indexed_content FROM memories m WHERE m.state = 'active' "
         "AND m.indexed_content IS NOT NULL AND (%s::uuid IS NULL OR m.id > %s) ORDER BY m.id LIMIT %s"
     )
     with db.cursor() as cursor:
